@@ -1,0 +1,29 @@
+// Naive fp64 attention: materializes each score row, no tiling, no tricks. The judge for tests and for
+// `flash4 run --check`; never used on a user's hot path.
+//
+// All arrays are contiguous fp64 in the public layouts: q/out/dout (b, sq, h, d), k/v/dk/dv (b, sk, hkv, d),
+// lse (b, h, sq). Semantics (mask, softcap, GQA, fully-masked rows) are those of src/common/problem.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.h"
+#include "flash4/types.h"
+
+namespace flash4::reference {
+
+// Forward for the query rows listed in `rows` (all rows when empty), for every batch and head. Rows not listed
+// are left untouched in out/lse, so large shapes can be checked on a sample.
+void forward(const detail::Problem& p, const double* q, const double* k, const double* v, double* out,
+             double* lse, const std::vector<int64_t>& rows = {});
+
+// Backward: dq, dk, dv from dout (out and lse are recomputed internally in fp64).
+void backward(const detail::Problem& p, const double* q, const double* k, const double* v, const double* dout,
+              double* dq, double* dk, double* dv);
+
+// Copy a host tensor view of any dtype into a contiguous fp64 vector (and back, rounding to the view's dtype).
+std::vector<double> to_double(const TensorView& t);
+void from_double(const std::vector<double>& src, const TensorView& dst);
+
+}  // namespace flash4::reference
