@@ -20,7 +20,8 @@ struct Device {
   int index = 0;  // CUDA ordinal; ignored for the CPU
   static Device cpu() { return {DeviceKind::kCpu, 0}; }
   static Device cuda(int i = 0) { return {DeviceKind::kCuda, i}; }
-  bool operator==(const Device&) const = default;
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
 };
 std::string device_name(Device d);  // "cpu", "cuda:0"
 

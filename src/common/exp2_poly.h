@@ -26,7 +26,7 @@ inline constexpr float kExp2PolyC3 = 0.077119089663028717041015625f;
 inline constexpr float kExp2PolyMinInput = -127.0f;
 inline constexpr float kRoundShifter = 12582912.0f;  // 1.5 * 2^23 (0x4B400000)
 
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDACC__)
 __device__ __forceinline__ float exp2_poly(float x) {
   x = fmaxf(x, kExp2PolyMinInput);
   float r;

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Times PyTorch SDPA backends (cuDNN, FA2 = PyTorch's flash backend) on the benchmark shapes of facts.md, and
+flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
+bf16, total tokens 16k, heads*d = 2048, CUDA events, warm-up, median of N runs, input sets rotated past L2.
+Prints one JSON object per line; --backward times forward+backward minus forward."""
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, iters, sets):
+    for i in range(3):
+        fn(i % sets)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i % sets)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--impls", default="cudnn,fa2,flash4")
+    args = ap.parse_args()
+    try:
+        import flash4  # noqa: F401
+        have_flash4 = True
+    except Exception as e:  # the package is optional here
+        print(f"# flash4 python package not importable: {e}", file=sys.stderr)
+        have_flash4 = False
+
+    for d in [int(x) for x in args.dims.split(",")]:
+        for s in [int(x) for x in args.seqlens.split(",")]:
+            for causal in (False, True):
+                b, h = 16384 // s, 2048 // d
+                set_bytes = 4 * b * s * h * d * 2
+                sets = max(1, (200 << 20) // set_bytes + 1)
+                gen = torch.Generator(device="cuda").manual_seed(0)
+                inputs = []
+                for _ in range(sets):
+                    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen,
+                                           requires_grad=args.backward) for _ in range(3))
+                    inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
+                flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
+                for impl in args.impls.split(","):
+                    if impl == "flash4" and not have_flash4:
+                        continue
+
+                    def fwd(i, impl=impl):
+                        q, k, v, _ = inputs[i]
+                        if impl == "flash4":
+                            return flash4.flash_attn_func(q, k, v, causal=causal)
+                        backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
+                        with sdpa_kernel(backend):
+                            # SDPA wants (b, h, s, d); transposes are views.
+                            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                  v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+
+                    def fwd_bwd(i):
+                        out = fwd(i)
+                        out.backward(inputs[i][3])
+
+                    try:
+                        if args.backward:
+                            ms = median_ms(fwd_bwd, args.iters, sets) - median_ms(fwd, args.iters, sets)
+                        else:
+                            with torch.no_grad():
+                                ms = median_ms(fwd, args.iters, sets)
+                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, ms=round(ms, 4),
+                                   tflops=round(flops / ms / 1e9, 1), pass_="backward" if args.backward else "forward")
+                    except Exception as e:
+                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, error=str(e)[:200])
+                    print(json.dumps(rec), flush=True)
+                del inputs
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything flash4 checks on the H200 in one call (scripts/device-check.sh [stage ...]):
+#   build  - configure + build in build-device unless a carried build folder is given (BUILD_DIR)
+#   test   - GPU tests (tests/gpu) against the fp64 reference
+#   sanitize - compute-sanitizer memcheck + racecheck on small shapes
+#   bench  - flash4 forward vs cuDNN / FA2 (SDPA backends), JSON under $OUT
+# Full logs go to $OUT; a short table is printed last.
+set -uo pipefail
+OUT=${OUT:-/tmp/flash4-out}
+mkdir -p "$OUT"
+BUILD_DIR=${BUILD_DIR:-build-lead}
+STAGES=${*:-test bench}
+summary=()
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+
+for stage in $STAGES; do
+  case $stage in
+    build)
+      cmake -S . -B "$BUILD_DIR" -G Ninja -DFLASH4_CUDA=ON >"$OUT/build.log" 2>&1 &&
+        cmake --build "$BUILD_DIR" -j 16 >>"$OUT/build.log" 2>&1
+      summary+=("build: rc=$?")
+      ;;
+    test)
+      "$BUILD_DIR/tests/flash4_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$OUT/gpu-tests.log" 2>&1
+      rc=$?
+      summary+=("gpu tests: rc=$rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu-tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|error" "$OUT/gpu-tests.log" | head -20
+      ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD_DIR/tests/flash4_gpu_tests" \
+          --gtest_filter="${SANITIZE_FILTER:-HopperLayer*:ForwardFeatures.FullyMaskedRows}" >"$OUT/sanitize-$tool.log" 2>&1
+        summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)")
+      done
+      ;;
+    bench)
+      "$BUILD_DIR/bench/flash4_bench" ${BENCH_ARGS:-} >"$OUT/bench-flash4.jsonl" 2>"$OUT/bench-flash4.err"
+      summary+=("flash4 bench: rc=$?")
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py ${SDPA_ARGS:-} >"$OUT/bench-sdpa.jsonl" 2>"$OUT/bench-sdpa.err"
+      summary+=("sdpa bench: rc=$?")
+      python3 bench/compare.py "$OUT/bench-flash4.jsonl" "$OUT/bench-sdpa.jsonl" | tee "$OUT/bench-table.txt"
+      ;;
+  esac
+done
+echo "== summary =="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds flash4 and runs every test, on a fresh Debian machine too (as root it installs what is missing).
+#   bash scripts/test.sh
+# CUDA is AUTO: where nvcc is found the Hopper kernels and GPU tests are compiled as well (they run only on a
+# GPU machine; see scripts/device-check.sh). Environment: FLASH4_BUILD_DIR (default build/test),
+# FLASH4_CUDA (AUTO, ON, OFF).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=$(realpath -m "${FLASH4_BUILD_DIR:-build/test}")
+jobs=$(nproc)
+
+# ---- dependencies (Debian packages), installed only when missing ------------------------------------------
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || missing+=(g++)
+[[ -e /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
+if ((${#missing[@]})); then
+  echo "== installing ${missing[*]}"
+  sudo_cmd=(); [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# nvcc is often installed outside PATH.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+
+# ---- configure, build -------------------------------------------------------------------------------------
+echo "== configure ($build_dir, FLASH4_CUDA=${FLASH4_CUDA:-AUTO})"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH4_CUDA="${FLASH4_CUDA:-AUTO}" >/dev/null
+echo "== build ($jobs jobs)"
+start=$SECONDS
+cmake --build "$build_dir" -j "$jobs"
+echo "== build took $((SECONDS - start)) s"
+
+# ---- C++ tests --------------------------------------------------------------------------------------------
+echo "== ctest"
+ctest_log="$build_dir/ctest.log"
+ctest_status=0
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900 >"$ctest_log" 2>&1 || ctest_status=$?
+# The full log stays in $ctest_log; show failures and the totals, not one line per passing test.
+grep -vE "^ *Start +[0-9]+:|Test +#[0-9]+: .* Passed " "$ctest_log" || true
+ctest_summary=$(grep -E "tests passed, [0-9]+ tests? failed out of" "$ctest_log" | tail -1 || true)
+
+# ---- install + find_package from a separate project -------------------------------------------------------
+echo "== install check"
+install_status=0
+prefix="$build_dir/install-prefix"
+rm -rf "$prefix" "$build_dir/install-check"
+{
+  cmake --install "$build_dir" --prefix "$prefix" >/dev/null &&
+    cmake -S tests/install -B "$build_dir/install-check" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" >/dev/null &&
+    cmake --build "$build_dir/install-check" >/dev/null &&
+    "$build_dir/install-check/flash4_install_check"
+} || install_status=1
+
+# ---- Python tests -----------------------------------------------------------------------------------------
+# >>> Python tests go here (owned by the Python package; set python_status and python_summary). <<<
+python_status=0
+python_summary="not run"
+
+# ---- summary ----------------------------------------------------------------------------------------------
+echo
+echo "== summary"
+echo "C++ tests:     ${ctest_summary:-no summary (ctest exit $ctest_status)}"
+echo "install check: $([[ $install_status -eq 0 ]] && echo passed || echo FAILED)"
+echo "Python tests:  $python_summary"
+if ((ctest_status || install_status || python_status)); then
+  echo "RESULT: FAILED"
+  exit 1
+fi
+echo "RESULT: all tests passed"

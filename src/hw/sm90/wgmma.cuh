@@ -1,0 +1,72 @@
+// wgmma: Hopper's warpgroup matrix multiply (128 threads issue one asynchronous m64nNk16 MMA).
+//
+// Shared-memory operands are described by a 64-bit descriptor. flash4 keeps every operand tile in the layout
+// TMA writes with 128-byte swizzle: chunks of 64 columns (128 bytes) by R rows, 8-row groups of 1024 bytes.
+//  * K-major operand (Q as A, K as B: the reduction dim is contiguous): SBO = 1024 (next 8-row group); LBO
+//    unused. A k-step of 16 elements inside a 64-column chunk advances the start address by 32 bytes; the
+//    hardware applies the swizzle to the final addresses, so this stays consistent with TMA's layout.
+//  * MN-major operand (V as B: N = head_dim is contiguous, transposed): LBO = bytes between 64-column chunks
+//    along N, SBO = 1024 (next 8 rows along K). A k-step of 16 rows advances the start address by 2048 bytes.
+// Descriptor bits: [0,14) address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [62,64) swizzle (1 = 128B).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flash4::sm90::wgmma {
+
+__device__ __forceinline__ uint64_t make_desc_sw128(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  return desc;
+}
+
+// Order this warpgroup's register/shared-memory accesses before the next wgmma reads its operands.
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Wait until at most kPending committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accesses of accumulator registers across a wgmma issue or wait: the
+// hardware writes them asynchronously, which the compiler cannot see.
+template <int kN>
+__device__ __forceinline__ void fence_operand(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_operand(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#include "hw/sm90/wgmma_ops.inc"
+
+// D (64 x kN, f32, registers) (+)= A (64 x 16, smem, K-major) * B (16 x kN, smem).
+template <int kN, int kTransB, class Element>
+__device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  if constexpr (kN == 64) mma_ss_m64n64k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 128) mma_ss_m64n128k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 176) mma_ss_m64n176k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
+  else static_assert(kN == 64, "no wgmma SS wrapper generated for this N (scripts/gen_wgmma.py)");
+}
+
+// D (64 x kN, f32, registers) (+)= A (64 x 16, registers, mma.m16n8k16 A layout) * B (16 x kN, smem).
+template <int kN, int kTransB, class Element>
+__device__ __forceinline__ void mma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  if constexpr (kN == 64) mma_rs_m64n64k16<kTransB>(d, a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 128) mma_rs_m64n128k16<kTransB>(d, a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 256) mma_rs_m64n256k16<kTransB>(d, a, desc_b, accumulate, Element{});
+  else static_assert(kN == 64, "no wgmma RS wrapper generated for this N (scripts/gen_wgmma.py)");
+}
+
+}  // namespace flash4::sm90::wgmma

@@ -1,0 +1,162 @@
+// CUDA side of dispatch: decides whether the Hopper kernels can run a validated problem (and says why not),
+// fills the kernel parameters, and picks the compiled configuration.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "api/backends.h"
+#include "fwd_configs.inc"  // generated: FLASH4_FWD_CONFIGS(X), the compiled (dtype, head_dim, masked) set
+#include "hw/sm90/tma_map.h"
+#include "kernels/cuda_check.h"
+#include "kernels/sm90/fwd/fwd_config.h"
+#include "kernels/sm90/fwd/fwd_params.h"
+#include "kernels/sm90/fwd/fwd_params_builder.h"
+
+namespace flash4::sm90 {
+// Defined in fwd_launch.cuh and instantiated in the generated translation units.
+template <class Element, int kHeadDim, bool kMasked>
+void launch_forward(const FwdParams& params, cudaStream_t stream);
+}  // namespace flash4::sm90
+
+namespace flash4::detail {
+namespace {
+
+// Switches to the tensors' device for the duration of a call and back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FLASH4_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) FLASH4_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+template <class T>
+constexpr bool compiled_fwd(int head_dim, bool masked) {
+  bool found = false;
+#define FLASH4_MATCH_FWD(Ty, D, M) found = found || (std::is_same_v<T, Ty> && head_dim == D && masked == M);
+  FLASH4_FWD_CONFIGS(FLASH4_MATCH_FWD)
+#undef FLASH4_MATCH_FWD
+  return found;
+}
+
+bool compiled_fwd_for(DType dtype, int64_t head_dim, bool masked) {
+  if (dtype == DType::kBFloat16) return compiled_fwd<__nv_bfloat16>(static_cast<int>(head_dim), masked);
+  if (dtype == DType::kFloat16) return compiled_fwd<__half>(static_cast<int>(head_dim), masked);
+  return false;
+}
+
+std::string compiled_head_dims(DType dtype) {
+  std::string out;
+  for (int d : {64, 128, 256}) {
+    if (compiled_fwd_for(dtype, d, false)) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// TMA needs 16-byte aligned base addresses and byte strides that are multiples of 16.
+bool tma_compatible(const TensorView& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i < 3; ++i)
+    if ((t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool cuda_device_supported(int device_index) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device_index < 0 || device_index >= count) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) return false;
+  return prop.major == 9 && prop.minor == 0;
+}
+
+Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
+  if (!cuda_device_supported(args.q.device.index))
+    return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
+  if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
+    return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
+                       "; use the CPU for fp32"};
+  if (!compiled_fwd_for(args.q.dtype, p.head_dim, p.has_mask()))
+    return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU forward (available for " +
+                       dtype_name(args.q.dtype) + ": " + compiled_head_dims(args.q.dtype) + ")"};
+  for (const auto* t : {&args.q, &args.k, &args.v, &args.out}) {
+    if (!tma_compatible(*t))
+      return {false, "the GPU forward needs 16-byte aligned data pointers and strides that are multiples of 8 "
+                     "elements (TMA); make the tensors contiguous"};
+  }
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  if (p.seqlen_q > kMax || p.seqlen_k > kMax || p.heads > 65535 || p.batch > 65535)
+    return {false, "the GPU forward supports seqlen < 2^31 and batch, heads <= 65535"};
+  return {true, ""};
+}
+
+sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
+  using namespace flash4::sm90;
+  const bool masked = p.has_mask();
+  const FwdTileConfig cfg = fwd_tile_config(static_cast<int>(p.head_dim), masked);
+
+  FwdParams params{};
+  const auto& q = args.q;
+  const auto& k = args.k;
+  const auto& v = args.v;
+  const auto& o = args.out;
+  params.tma_q = make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0], q.stride[1], q.stride[2], cfg.block_m);
+  params.tma_k = make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0], k.stride[1], k.stride[2], cfg.block_n);
+  params.tma_v = make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0], v.stride[1], v.stride[2], cfg.block_n);
+  params.tma_o = make_tensor_map_bshd(o.data, p.batch, p.seqlen_q, p.heads, p.head_dim, o.stride[0], o.stride[1], o.stride[2], 64);
+  if (args.lse.data != nullptr) {
+    params.lse = static_cast<float*>(args.lse.data);
+    params.lse_stride_b = args.lse.stride[0];
+    params.lse_stride_h = args.lse.stride[1];
+  }
+  params.batch = static_cast<int>(p.batch);
+  params.seqlen_q = static_cast<int>(p.seqlen_q);
+  params.seqlen_k = static_cast<int>(p.seqlen_k);
+  params.heads = static_cast<int>(p.heads);
+  params.group = static_cast<int>(p.group());
+  params.num_m_blocks = static_cast<int>((p.seqlen_q + cfg.block_m - 1) / cfg.block_m);
+  params.window_left = static_cast<int>(p.window_left);
+  params.window_right = static_cast<int>(p.window_right);
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (p.softcap > 0.0f) {
+    params.softcap = p.softcap;
+    params.softcap_pre_scale = p.softmax_scale / p.softcap;
+    params.scale_log2 = kLog2e;
+  } else {
+    params.scale_log2 = p.softmax_scale * kLog2e;
+  }
+  params.conditional_rescale = args.tuning.conditional_rescale;
+  params.exp2_poly = args.tuning.exp2 != Exp2Mode::kExact;
+
+  return params;
+}
+
+void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
+  using namespace flash4::sm90;
+  DeviceGuard guard(args.q.device.index);
+  const bool masked = p.has_mask();
+  const auto& q = args.q;
+  const FwdParams params = make_fwd_params(args, p);
+  auto s = static_cast<cudaStream_t>(stream);
+#define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
+  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
+    return launch_forward<T, D, M>(params, s);
+  FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
+#undef FLASH4_LAUNCH_FWD
+  throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
+}
+
+}  // namespace flash4::detail

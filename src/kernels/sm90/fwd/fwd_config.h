@@ -1,0 +1,46 @@
+// Tile configuration of the Hopper forward kernel per (head dim, masked). Plain constexpr data, shared by the
+// host dispatch (shared-memory size, grid) and the kernel, and checked on the CPU by tests.
+//
+// Budget per CTA (one CTA per SM): 227 KB of shared memory, 64K registers. Two consumer warpgroups of 64 query
+// rows each (kBlockM = 128) plus one producer warpgroup; setmaxnreg gives the consumers 240 registers.
+//  * d = 64:  K/V tiles are small (16 KB each), so 128 keys per tile and a 3-deep ring keep TMA well ahead.
+//             The exp is ~70 % of the matmul time here, so the FMA-pipe polynomial takes a share of the exps.
+//  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 240 registers while the next S is in
+//             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
+//  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
+//             192 KB. The exp is ~17 % of the matmul time: no emulation.
+#pragma once
+
+namespace flash4::sm90 {
+
+struct FwdTileConfig {
+  int block_m;          // query rows per CTA (64 per consumer warpgroup)
+  int block_n;          // keys per K/V tile
+  int stages;           // depth of the K/V shared-memory ring
+  int poly_exp2_per_8;  // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
+};
+
+constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
+  (void)masked;  // same tiles today; kept as an axis because causal tuning differs in FA3/FA4
+  if (head_dim <= 64) return {128, 128, 3, 2};
+  if (head_dim <= 128) return {128, 128, 2, 1};
+  return {128, 64, 2, 0};
+}
+
+constexpr int kFwdConsumerWarpgroups = 2;
+constexpr int kFwdThreads = 128 * (1 + kFwdConsumerWarpgroups);
+
+// Shared memory a configuration needs (16-bit elements), plus 1 KB to align the base for 128B swizzle.
+constexpr int fwd_smem_bytes(int head_dim, bool masked) {
+  const FwdTileConfig c = fwd_tile_config(head_dim, masked);
+  const int q = c.block_m * head_dim * 2;
+  const int kv = 2 * c.stages * c.block_n * head_dim * 2;
+  const int barriers = (1 + 4 * c.stages) * 8;
+  return q + kv + barriers + 1024;
+}
+
+static_assert(fwd_smem_bytes(64, false) <= 232448);
+static_assert(fwd_smem_bytes(128, false) <= 232448);
+static_assert(fwd_smem_bytes(256, false) <= 232448);
+
+}  // namespace flash4::sm90

@@ -1,0 +1,379 @@
+// The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax.
+//
+// Roles (one CTA = one tile of block_m query rows of one (batch, head)):
+//   warpgroup 0, one thread   producer: TMA loads of Q once, then K and V tiles into a ring of `stages`
+//                             shared-memory slots (k_full / v_full on arrival; k_empty as soon as S = Q K^T
+//                             is done, v_empty after P V, so the next K load starts a whole softmax earlier);
+//   warpgroups 1, 2           consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
+//                             online softmax in registers, O += P V (wgmma, P from registers).
+// Pipelining inside a consumer (intra-warpgroup overlap): the matmul S(j+1) = Q K(j+1)^T is issued together with
+// O += P(j) V(j), and the softmax of S(j+1) runs while P(j) V(j) is still on the tensor cores.
+// Ping-pong across consumers: named barriers hand the "issue matmuls" turn back and forth, so one warpgroup's
+// softmax (MUFU + FMA pipes) overlaps the other's matmuls (tensor cores).
+// Epilogue: O / l converted to the input type, staged in the warpgroup's own Q rows (128B swizzle, the layout
+// TMA reads) and written by a TMA store that clips rows past seqlen_q; LSE written directly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/problem.h"
+#include "hw/sm90/fence.cuh"
+#include "hw/sm90/mbarrier.cuh"
+#include "hw/sm90/named_barrier.cuh"
+#include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/setmaxnreg.cuh"
+#include "hw/sm90/tma.cuh"
+#include "hw/sm90/wgmma.cuh"
+#include "kernels/sm90/fwd/fwd_config.h"
+#include "kernels/sm90/fwd/fwd_params.h"
+#include "kernels/sm90/fwd/fwd_softmax.cuh"
+
+namespace flash4::sm90 {
+
+// Two fp32 values -> one register of two 16-bit values (first in the low half, as wgmma's A fragment wants).
+template <class Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// kIntraWgOverlap, kPingPong and kStagesOverride exist for the ablation benchmark; the library compiles the
+// defaults only.
+template <class Element, int kHeadDim, bool kMasked, bool kIntraWgOverlap = true, bool kPingPong = true,
+          int kStagesOverride = 0>
+struct FwdKernel {
+  static constexpr FwdTileConfig kCfg = fwd_tile_config(kHeadDim, kMasked);
+  static constexpr int kBlockM = kCfg.block_m;
+  static constexpr int kBlockN = kCfg.block_n;
+  static constexpr int kStages = kStagesOverride > 0 ? kStagesOverride : kCfg.stages;
+  static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
+  static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
+  static constexpr int kWgRows = 64;
+  static constexpr int kConsumers = kFwdConsumerWarpgroups;
+  static constexpr int kThreads = kFwdThreads;
+  static_assert(kBlockM == kWgRows * kConsumers);
+  static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
+
+  struct SharedStorage {
+    alignas(1024) Element q[kChunks][kBlockM][64];           // smem, 128B swizzle; reused to stage O
+    alignas(1024) Element k[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, K-major B of Q K^T
+    alignas(1024) Element v[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, MN-major B of P V
+    uint64_t q_full;
+    uint64_t k_full[kStages];
+    uint64_t v_full[kStages];
+    uint64_t k_empty[kStages];
+    uint64_t v_empty[kStages];
+  };
+
+  // The K/V tiles this CTA visits: [n_min, n_max], mask-aware (tiles entirely outside every row's window are
+  // skipped). Producer and consumers compute the same range.
+  struct TileRange {
+    int n_min, n_max;
+    __device__ int count() const { return n_max >= n_min ? n_max - n_min + 1 : 0; }
+  };
+  static __device__ __forceinline__ TileRange tile_range(const FwdParams& p, int m_block) {
+    const int m_first = m_block * kBlockM;
+    const int m_last = min(m_first + kBlockM, p.seqlen_q) - 1;
+    int lo = 0, hi = p.seqlen_k - 1;
+    if constexpr (kMasked) {
+      lo = static_cast<int>(detail::key_range(m_first, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).lo);
+      hi = static_cast<int>(detail::key_range(m_last, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).hi);
+    }
+    if (hi < lo || hi < 0) return {0, -1};
+    return {lo / kBlockN, hi / kBlockN};
+  }
+
+  static __device__ __forceinline__ void run(const FwdParams& p, char* smem_raw) {
+    SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+    const int warpgroup = threadIdx.x / 128;
+    const int m_block = kMasked ? p.num_m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const TileRange range = tile_range(p, m_block);
+
+    if (threadIdx.x == 0) {
+      mbarrier::init(&s.q_full, 1);
+      for (int i = 0; i < kStages; ++i) {
+        mbarrier::init(&s.k_full[i], 1);
+        mbarrier::init(&s.v_full[i], 1);
+        mbarrier::init(&s.k_empty[i], kConsumers * 4);  // one arrival per consumer warp
+        mbarrier::init(&s.v_empty[i], kConsumers * 4);
+      }
+      mbarrier::fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+      setmaxnreg_dec<24>();
+      if (threadIdx.x == 0) produce(p, s, m_block, head, batch, range);
+    } else {
+      setmaxnreg_inc<240>();
+      consume(p, s, warpgroup - 1, m_block, head, batch, range);
+    }
+  }
+
+  static __device__ __forceinline__ void produce(const FwdParams& p, SharedStorage& s, int m_block, int head,
+                                                 int batch, TileRange range) {
+    tma::prefetch_descriptor(&p.tma_q);
+    tma::prefetch_descriptor(&p.tma_k);
+    tma::prefetch_descriptor(&p.tma_v);
+    mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) tma::load_4d(&s.q[c][0][0], &p.tma_q, c * 64, m_block * kBlockM, head, batch, &s.q_full);
+
+    const int head_kv = head / p.group;
+    PipelineState<kStages> st;
+    for (int n = range.n_max; n >= range.n_min; --n) {
+      mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+      mbarrier::arrive_expect_tx(&s.k_full[st.stage], kKVTileBytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
+      mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
+      mbarrier::arrive_expect_tx(&s.v_full[st.stage], kKVTileBytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+      st.advance();
+    }
+  }
+
+  // S (64 x kBlockN) = Q rows of this warpgroup x K(stage)^T; issued, not waited for.
+  static __device__ __forceinline__ void issue_qk(SharedStorage& s, int wg, int stage, float (&acc_s)[kBlockN / 2]) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[ks / 4][wg * kWgRows][(ks % 4) * 16], 16, 1024);
+      const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
+      wgmma::mma_ss<kBlockN, 0, Element>(acc_s, desc_q, desc_k, ks > 0);
+    }
+  }
+
+  // O (64 x kHeadDim) += P (64 x kBlockN, registers) x V(stage) (kBlockN x kHeadDim, MN-major).
+  static __device__ __forceinline__ void issue_pv(SharedStorage& s, int stage, const uint32_t (&p_frag)[kBlockN / 16][4],
+                                                  float (&acc_o)[kHeadDim / 2]) {
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[stage][0][ks * 16][0], kBlockN * 128, 1024);
+      wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], desc_v, true);
+    }
+  }
+
+  // P in fp32 accumulator layout -> 16-bit A fragments: k-step j takes accumulator elements 8j .. 8j+7 in order.
+  static __device__ __forceinline__ void convert_p(const float (&acc_s)[kBlockN / 2], uint32_t (&p_frag)[kBlockN / 16][4]) {
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p_frag[j][r] = pack2<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
+  }
+
+  static __device__ __forceinline__ void rescale_o(float (&acc_o)[kHeadDim / 2], const float (&factor)[2]) {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
+  }
+
+  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, int m_block, int head,
+                                                 int batch, TileRange range) {
+    const int tid = threadIdx.x % 128;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int row0 = m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;  // rows row0 and row0 + 8
+    const int m_first = m_block * kBlockM;
+    const int m_last = min(m_first + kBlockM, p.seqlen_q) - 1;
+
+    // Per-row key windows (inclusive), for the tiles that need masking.
+    int lo[2], hi[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const detail::KeyRange kr = detail::key_range(row0 + 8 * r, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+      lo[r] = static_cast<int>(kr.lo);
+      hi[r] = static_cast<int>(kr.hi);
+    }
+    // Tiles whose keys every row of the CTA may see need no mask (interior tiles pay nothing for causal).
+    const int unmasked_lo = kMasked ? static_cast<int>(detail::key_range(m_last, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).lo) : 0;
+    const int unmasked_hi = kMasked ? static_cast<int>(detail::key_range(m_first, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).hi)
+                                    : p.seqlen_k - 1;
+    auto needs_mask = [&](int n) { return n * kBlockN < unmasked_lo || n * kBlockN + kBlockN - 1 > unmasked_hi; };
+
+    const uint32_t my_turn = barrier_id(NamedBarrier::kPingPongTurnWg0, wg);
+    const uint32_t other_turn = barrier_id(NamedBarrier::kPingPongTurnWg0, 1 - wg);
+    const int num_tiles = range.count();
+    int turns_left = kIntraWgOverlap ? num_tiles + 1 : num_tiles;  // matmul issue rounds of this warpgroup
+    auto begin_turn = [&] {
+      if constexpr (kPingPong) named_barrier_sync(my_turn, 2 * 128);
+    };
+    auto end_turn = [&] {
+      // The last warpgroup to go (wg 1) does not hand over after its final round: arrivals stay balanced.
+      if constexpr (kPingPong) {
+        --turns_left;
+        if (wg == 0 || turns_left > 0) named_barrier_arrive(other_turn, 2 * 128);
+      }
+    };
+    if constexpr (kPingPong) {
+      if (wg == 1 && num_tiles > 0) named_barrier_arrive(other_turn, 2 * 128);  // warpgroup 0 goes first
+    }
+
+    FwdSoftmax<kBlockN> softmax;
+    float acc_o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+    float acc_s[kBlockN / 2];
+    uint32_t p_frag[kBlockN / 16][4];
+    float factor[2];
+
+    // Masks, softcap and softmax of a freshly computed S tile (in place: S becomes P in fp32).
+    auto softmax_tile = [&](int n) {
+      if (p.softcap > 0.0f) FwdSoftmax<kBlockN>::apply_softcap(acc_s, p.softcap_pre_scale, p.softcap);
+      if (needs_mask(n)) FwdSoftmax<kBlockN>::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
+      return softmax.template step<kPolyPer8>(acc_s, p.scale_log2, p.conditional_rescale, p.exp2_poly, factor);
+    };
+
+    // Each consumer warp releases a stage once its own reads are done (wgmma waits are warp-synchronous).
+    auto release = [&](uint64_t* empty) {
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(empty);
+    };
+
+    mbarrier::wait(&s.q_full, 0);
+    PipelineState<kStages> st;
+    if (num_tiles > 0) {
+      if constexpr (kIntraWgOverlap) {
+        // Prologue: S(first) alone.
+        int n = range.n_max;
+        mbarrier::wait(&s.k_full[st.stage], st.phase);
+        begin_turn();
+        wgmma::fence();
+        issue_qk(s, wg, st.stage, acc_s);
+        wgmma::commit_group();
+        end_turn();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_s);
+        release(&s.k_empty[st.stage]);
+        softmax_tile(n);  // first tile: O is zero, nothing to rescale
+        convert_p(acc_s, p_frag);
+        PipelineState<kStages> st_pv = st;  // stage whose V the pending P multiplies
+        st.advance();
+        for (--n; n >= range.n_min; --n) {
+          mbarrier::wait(&s.k_full[st.stage], st.phase);
+          mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+          begin_turn();
+          wgmma::fence();
+          issue_qk(s, wg, st.stage, acc_s);
+          wgmma::commit_group();
+          issue_pv(s, st_pv.stage, p_frag, acc_o);
+          wgmma::commit_group();
+          end_turn();
+          wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
+          wgmma::fence_operand(acc_s);
+          release(&s.k_empty[st.stage]);
+          const bool rescaled = softmax_tile(n);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_o);
+          release(&s.v_empty[st_pv.stage]);
+          if (rescaled) rescale_o(acc_o, factor);
+          convert_p(acc_s, p_frag);
+          st_pv = st;
+          st.advance();
+        }
+        // Epilogue of the loop: the last P V.
+        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+        begin_turn();
+        wgmma::fence();
+        issue_pv(s, st_pv.stage, p_frag, acc_o);
+        wgmma::commit_group();
+        end_turn();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_o);
+        release(&s.v_empty[st_pv.stage]);
+      } else {
+        for (int n = range.n_max; n >= range.n_min; --n) {
+          mbarrier::wait(&s.k_full[st.stage], st.phase);
+          begin_turn();
+          wgmma::fence();
+          issue_qk(s, wg, st.stage, acc_s);
+          wgmma::commit_group();
+          end_turn();
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_s);
+          release(&s.k_empty[st.stage]);
+          if (softmax_tile(n)) rescale_o(acc_o, factor);
+          convert_p(acc_s, p_frag);
+          mbarrier::wait(&s.v_full[st.stage], st.phase);
+          wgmma::fence();
+          issue_pv(s, st.stage, p_frag, acc_o);
+          wgmma::commit_group();
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_o);
+          release(&s.v_empty[st.stage]);
+          st.advance();
+        }
+      }
+    }
+    epilogue(p, s, wg, m_block, head, batch, softmax, acc_o, row0, tid, lane);
+  }
+
+  static __device__ __forceinline__ void epilogue(const FwdParams& p, SharedStorage& s, int wg, int m_block, int head,
+                                                  int batch, const FwdSoftmax<kBlockN>& softmax,
+                                                  float (&acc_o)[kHeadDim / 2], int row0, int tid, int lane) {
+    float row_sum[2];
+    softmax.finish(row_sum);
+    float inv[2], lse[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // A row that saw no unmasked key (m_ref = -inf) is defined as out = 0, LSE = -inf.
+      const bool empty = softmax.m_ref[r] == -INFINITY || !(row_sum[r] > 0.0f);
+      inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
+      lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.scale_log2 + __log2f(row_sum[r])) * 0.69314718055994531f;
+    }
+    // Stage O in this warpgroup's 64 Q rows (its own wgmma reads of Q are complete), in the swizzled layout
+    // the TMA store expects: 16-byte unit u of row r sits at unit u ^ (r % 8). Conflict-free: the 8 rows of a
+    // quad-column land in 8 different 16-byte units.
+    const int warp = tid / 32;
+    char* s_o = reinterpret_cast<char*>(&s.q[0][wg * kWgRows][0]);
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; i += 2) {
+      const int r = (i / 2) % 2;
+      const int row = warp * 16 + lane / 4 + 8 * r;        // within the warpgroup's 64 rows
+      const int col = 8 * (i / 4) + 2 * (lane % 4);         // 0 .. kHeadDim-1
+      const int chunk = col / 64;
+      const int byte_in_row = (col % 64) * 2;
+      const int offset = chunk * (kBlockM * 128) + row * 128 + (((byte_in_row / 16) ^ (row % 8)) * 16) + byte_in_row % 16;
+      *reinterpret_cast<uint32_t*>(s_o + offset) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
+    }
+    fence_async_shared();
+    named_barrier_sync(barrier_id(NamedBarrier::kConsumerWg0, wg), 128);
+    if (tid == 0) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        tma::store_4d(&p.tma_o, c * 64, m_block * kBlockM + wg * kWgRows, head, batch, &s.q[c][wg * kWgRows][0]);
+      tma::store_commit();
+    }
+    if (p.lse != nullptr && lane % 4 == 0) {
+      float* lse_row = p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (row0 + 8 * r < p.seqlen_q) lse_row[row0 + 8 * r] = lse[r];
+    }
+    if (tid == 0) tma::store_wait_read_all();
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams params) {
+  extern __shared__ char smem_unaligned[];
+  // 128B-swizzled tiles must start on 1024-byte boundaries.
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_unaligned) + 1023) & ~uintptr_t(1023));
+  Kernel::run(params, smem);
+}
+
+}  // namespace flash4::sm90

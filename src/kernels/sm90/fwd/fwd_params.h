@@ -1,0 +1,30 @@
+// Kernel parameters of the Hopper forward pass, filled by src/kernels/sm90/dispatch.cu.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace flash4::sm90 {
+
+struct FwdParams {
+  CUtensorMap tma_q;  // (b, sq, h, d),   box 64 cols x block_m rows
+  CUtensorMap tma_k;  // (b, sk, hkv, d), box 64 cols x block_n rows
+  CUtensorMap tma_v;  // (b, sk, hkv, d), box 64 cols x block_n rows
+  CUtensorMap tma_o;  // (b, sq, h, d),   box 64 cols x 64 rows (one consumer warpgroup)
+
+  float* lse = nullptr;  // (b, h, sq) fp32, optional
+  int64_t lse_stride_b = 0, lse_stride_h = 0;
+
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, group = 1;  // group = heads / heads_kv
+  int num_m_blocks = 0;
+  int window_left = -1, window_right = -1;  // causal folded in; -1 = unbounded
+
+  float scale_log2 = 0.0f;        // softmax_scale * log2(e); log2(e) alone with softcap
+  float softcap = 0.0f;           // 0 = off
+  float softcap_pre_scale = 0.0f; // softmax_scale / softcap
+  bool conditional_rescale = true;
+  bool exp2_poly = true;          // use the config's polynomial share of exps
+};
+
+}  // namespace flash4::sm90

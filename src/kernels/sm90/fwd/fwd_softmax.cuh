@@ -1,0 +1,112 @@
+// Online softmax of one consumer thread's slice of a score tile, with FlashAttention-4's two Hopper-relevant
+// tricks: conditional rescaling and a share of exp2 on the FMA pipe.
+//
+// Register layout (wgmma m64nN accumulator): thread `lane` of warp `w` holds rows 16w + lane/4 (row 0) and
+// 16w + lane/4 + 8 (row 1); element i is in row (i / 2) % 2, column 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+// A row is spread over the 4 lanes of a quad, so row reductions shuffle across lane bits 0 and 1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/exp2_poly.h"
+#include "common/problem.h"
+
+namespace flash4::sm90 {
+
+constexpr float kRescaleThresholdLog2 = 8.0f;  // rescale only when the row max grew by more than 2^8
+
+template <int kBlockN>
+struct FwdSoftmax {
+  static constexpr int kValues = kBlockN / 2;  // accumulator registers per thread
+
+  float m_ref[2] = {-INFINITY, -INFINITY};  // reference max of each row (raw score units)
+  float l_part[2] = {0.0f, 0.0f};           // this thread's partial row sums, relative to m_ref
+
+  // Column of accumulator element i in the tile, relative to the tile's first key.
+  static __device__ __forceinline__ int column(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + (i % 2); }
+
+  // Masks keys outside each row's window [lo, hi] (and the tail past seqlen_k, folded into hi).
+  static __device__ __forceinline__ void apply_mask(float (&s)[kValues], int key0, const int (&lo)[2],
+                                                    const int (&hi)[2], int lane) {
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) {
+      const int key = key0 + column(i, lane);
+      const int r = (i / 2) % 2;
+      if (key < lo[r] || key > hi[r]) s[i] = -INFINITY;
+    }
+  }
+
+  static __device__ __forceinline__ void apply_softcap(float (&s)[kValues], float pre_scale, float cap) {
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) s[i] = cap * tanhf(s[i] * pre_scale);
+  }
+
+  // Updates the reference max and row sums for a new tile and turns `s` into P (unnormalized probabilities,
+  // fp32, in place). Returns the factors by which the caller must rescale its O rows (1 when untouched);
+  // `rescaled` is warp-uniform so the O loop never diverges.
+  template <int kPolyPer8>
+  __device__ __forceinline__ bool step(float (&s)[kValues], float scale_log2, bool conditional, bool use_poly,
+                                       float (&factor)[2]) {
+    float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) row_max[(i / 2) % 2] = fmaxf(row_max[(i / 2) % 2], s[i]);
+    bool grows = !conditional;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+      const float m_new = fmaxf(m_ref[r], row_max[r]);
+      // From -inf to finite compares as +inf > 8; -inf to -inf gives NaN, which compares false.
+      grows |= (m_new - m_ref[r]) * scale_log2 > kRescaleThresholdLog2;
+      row_max[r] = m_new;
+    }
+    const bool rescaled = __any_sync(0xffffffffu, grows);
+    factor[0] = factor[1] = 1.0f;
+    if (rescaled) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (row_max[r] != -INFINITY) {
+          factor[r] = exp2f((m_ref[r] - row_max[r]) * scale_log2);  // 0 when m_ref was -inf (O, l are 0)
+          m_ref[r] = row_max[r];
+          l_part[r] *= factor[r];
+        }
+      }
+    }
+    // P = 2^(s * scale_log2 - m_ref * scale_log2); a row that has seen only masked keys uses 0 as its max.
+    float neg_max_scaled[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) neg_max_scaled[r] = m_ref[r] == -INFINITY ? 0.0f : -m_ref[r] * scale_log2;
+    if (kPolyPer8 > 0 && use_poly) {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) {
+        const int r = (i / 2) % 2;
+        const float x = fmaf(s[i], scale_log2, neg_max_scaled[r]);
+        s[i] = (i % 8) < kPolyPer8 ? exp2_poly(x) : exp2f(x);
+        l_part[r] += s[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) {
+        const int r = (i / 2) % 2;
+        s[i] = exp2f(fmaf(s[i], scale_log2, neg_max_scaled[r]));
+        l_part[r] += s[i];
+      }
+    }
+    return rescaled;
+  }
+
+  // Full row sums (across the quad) at the end of the row.
+  __device__ __forceinline__ void finish(float (&row_sum)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_part[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      row_sum[r] = l;
+    }
+  }
+};
+
+}  // namespace flash4::sm90

@@ -1,0 +1,217 @@
+// Naive fp64 attention (see reference.h). Written for obviousness, not speed: one score row at a time.
+#include "reference/reference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <thread>
+
+#include "common/float_convert.h"
+
+namespace flash4::reference {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Runs fn(0..n-1) on all hardware threads; each index is handled by exactly one thread.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+}
+
+double dot(const double* a, const double* b, int64_t d) {
+  double s = 0.0;
+  for (int64_t x = 0; x < d; ++x) s += a[x] * b[x];
+  return s;
+}
+
+// Index helpers for the contiguous public layouts.
+struct Layout {
+  const detail::Problem& p;
+  int64_t q_row(int64_t b, int64_t i, int64_t h) const { return ((b * p.seqlen_q + i) * p.heads + h) * p.head_dim; }
+  int64_t k_row(int64_t b, int64_t j, int64_t hk) const {
+    return ((b * p.seqlen_k + j) * p.heads_kv + hk) * p.head_dim;
+  }
+  int64_t lse_at(int64_t b, int64_t h, int64_t i) const { return (b * p.heads + h) * p.seqlen_q + i; }
+};
+
+// Softmax probabilities of one query row over keys [lo, hi]; also returns the d(score)/d(q.k) factor per key
+// (scale, times 1 - tanh^2 under softcap) and the row's log-sum-exp. Empty range: lse = -inf, no entries.
+struct ScoreRow {
+  std::vector<double> prob, dscore;
+  double lse = kNegInf;
+};
+
+ScoreRow score_row(const detail::Problem& p, const double* q, const double* k, const Layout& at, int64_t b,
+                   int64_t h, int64_t i) {
+  ScoreRow row;
+  const detail::KeyRange r = detail::key_range(p, i);
+  if (r.lo > r.hi) return row;
+  const int64_t hk = h / p.group();
+  const int64_t n = r.hi - r.lo + 1;
+  row.prob.resize(n);
+  row.dscore.resize(n);
+  const double scale = p.softmax_scale, cap = p.softcap;
+  double m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    double s = dot(q + at.q_row(b, i, h), k + at.k_row(b, r.lo + j, hk), p.head_dim) * scale;
+    row.dscore[j] = scale;
+    if (cap > 0.0) {
+      const double t = std::tanh(s / cap);
+      s = cap * t;
+      row.dscore[j] = scale * (1.0 - t * t);
+    }
+    row.prob[j] = s;
+    m = std::max(m, s);
+  }
+  double sum = 0.0;
+  for (double& s : row.prob) sum += (s = std::exp(s - m));
+  for (double& s : row.prob) s /= sum;
+  row.lse = m + std::log(sum);
+  return row;
+}
+
+}  // namespace
+
+void forward(const detail::Problem& p, const double* q, const double* k, const double* v, double* out, double* lse,
+             const std::vector<int64_t>& rows) {
+  const Layout at{p};
+  std::vector<int64_t> all;
+  if (rows.empty()) {
+    for (int64_t i = 0; i < p.seqlen_q; ++i) all.push_back(i);
+  }
+  const std::vector<int64_t>& which = rows.empty() ? all : rows;
+  parallel_for(p.batch * p.heads, [&](int64_t bh) {
+    const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group(), d = p.head_dim;
+    for (int64_t i : which) {
+      const ScoreRow row = score_row(p, q, k, at, b, h, i);
+      double* o = out + at.q_row(b, i, h);
+      std::fill(o, o + d, 0.0);
+      const int64_t lo = detail::key_range(p, i).lo;
+      for (size_t j = 0; j < row.prob.size(); ++j) {
+        const double* vj = v + at.k_row(b, lo + static_cast<int64_t>(j), hk);
+        for (int64_t x = 0; x < d; ++x) o[x] += row.prob[j] * vj[x];
+      }
+      if (lse) lse[at.lse_at(b, h, i)] = row.lse;
+    }
+  });
+}
+
+void backward(const detail::Problem& p, const double* q, const double* k, const double* v, const double* dout,
+              double* dq, double* dk, double* dv) {
+  const Layout at{p};
+  const int64_t d = p.head_dim;
+  std::fill(dq, dq + p.batch * p.seqlen_q * p.heads * d, 0.0);
+  std::fill(dk, dk + p.batch * p.seqlen_k * p.heads_kv * d, 0.0);
+  std::fill(dv, dv + p.batch * p.seqlen_k * p.heads_kv * d, 0.0);
+  // One task per (batch, kv head) owns dk/dv of that head and dq of its query heads: no shared writes.
+  parallel_for(p.batch * p.heads_kv, [&](int64_t bhk) {
+    const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+    std::vector<double> o(d), dp;
+    for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const ScoreRow row = score_row(p, q, k, at, b, h, i);
+        const int64_t lo = detail::key_range(p, i).lo, n = static_cast<int64_t>(row.prob.size());
+        const double* qi = q + at.q_row(b, i, h);
+        const double* doi = dout + at.q_row(b, i, h);
+        std::fill(o.begin(), o.end(), 0.0);
+        dp.assign(n, 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          const double* vj = v + at.k_row(b, lo + j, hk);
+          for (int64_t x = 0; x < d; ++x) o[x] += row.prob[j] * vj[x];
+          dp[j] = dot(doi, vj, d);
+        }
+        const double delta = dot(doi, o.data(), d);  // D = rowsum(dO * O)
+        double* dqi = dq + at.q_row(b, i, h);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = at.k_row(b, lo + j, hk);
+          const double ds = row.prob[j] * (dp[j] - delta) * row.dscore[j];  // d loss / d (q.k)
+          for (int64_t x = 0; x < d; ++x) {
+            dqi[x] += ds * k[kj + x];
+            dk[kj + x] += ds * qi[x];
+            dv[kj + x] += row.prob[j] * doi[x];
+          }
+        }
+      }
+    }
+  });
+}
+
+namespace {
+
+// Calls fn(element offset in the view, index in the contiguous copy) for every element of a rank-3/4 view.
+template <typename Fn>
+void for_each_element(const TensorView& t, Fn&& fn) {
+  if (t.rank != 3 && t.rank != 4) throw std::invalid_argument("reference: tensor view must have rank 3 or 4");
+  int64_t shape[4] = {1, 1, 1, 1}, stride[4] = {0, 0, 0, 0};
+  const int pad = 4 - t.rank;  // treat rank 3 as (1, d0, d1, d2)
+  for (int i = 0; i < t.rank; ++i) {
+    shape[i + pad] = t.shape[i];
+    stride[i + pad] = t.stride[i];
+  }
+  int64_t flat = 0;
+  for (int64_t a = 0; a < shape[0]; ++a)
+    for (int64_t b = 0; b < shape[1]; ++b)
+      for (int64_t c = 0; c < shape[2]; ++c)
+        for (int64_t e = 0; e < shape[3]; ++e)
+          fn(a * stride[0] + b * stride[1] + c * stride[2] + e * stride[3], flat++);
+}
+
+}  // namespace
+
+std::vector<double> to_double(const TensorView& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  switch (t.dtype) {
+    case DType::kFloat32: {
+      const float* src = static_cast<const float*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = src[off]; });
+      break;
+    }
+    case DType::kFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = half_bits_to_float(src[off]); });
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = bf16_bits_to_float(src[off]); });
+      break;
+    }
+  }
+  return out;
+}
+
+// fp64 -> fp32 -> 16-bit rounds twice; it differs from a direct rounding only when the fp32 value lands exactly on
+// a 16-bit tie, which for test data is negligible.
+void from_double(const std::vector<double>& src, const TensorView& dst) {
+  if (static_cast<int64_t>(src.size()) != dst.numel()) throw std::invalid_argument("reference: size mismatch");
+  switch (dst.dtype) {
+    case DType::kFloat32: {
+      float* out = static_cast<float*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = static_cast<float>(src[i]); });
+      break;
+    }
+    case DType::kFloat16: {
+      uint16_t* out = static_cast<uint16_t*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_half_bits(static_cast<float>(src[i])); });
+      break;
+    }
+    case DType::kBFloat16: {
+      uint16_t* out = static_cast<uint16_t*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_bf16_bits(static_cast<float>(src[i])); });
+      break;
+    }
+  }
+}
+
+}  // namespace flash4::reference
