@@ -1,6 +1,6 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
-// Usage: flash4_bench [--iters N] [--ablation]
+// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--shape D:S:CAUSAL]
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
@@ -45,89 +45,132 @@ struct Shape {
 
 using Launcher = void (*)(const flash4::ForwardArgs&);
 
-double run(const Shape& sh, int iters, flash4::Tuning tuning, Launcher launch) {
-  const size_t n = size_t(sh.b) * sh.s * sh.h * sh.d;
-  const size_t set_bytes = 4 * n * 2;
-  const int sets = static_cast<int>(std::max<size_t>(1, (200u << 20) / set_bytes + 1));  // > 200 MB in rotation
-  std::vector<__nv_bfloat16*> buf(4 * sets);
-  for (int i = 0; i < 4 * sets; ++i) {
-    CHECK(cudaMalloc(&buf[i], n * 2));
-    fill_random<<<1024, 256>>>(buf[i], n, 1234u + i);
+// Random bf16 input sets for one shape, rotated so that consecutive runs do not hit in L2 (> 200 MB in all).
+class Inputs {
+ public:
+  explicit Inputs(const Shape& sh) : sh_(sh) {
+    const size_t n = size_t(sh.b) * sh.s * sh.h * sh.d;
+    sets_ = static_cast<int>(std::max<size_t>(1, (200u << 20) / (4 * n * 2) + 1));
+    buf_.resize(4 * sets_);
+    for (int i = 0; i < 4 * sets_; ++i) {
+      CHECK(cudaMalloc(&buf_[i], n * 2));
+      fill_random<<<1024, 256>>>(buf_[i], n, 1234u + i);
+    }
+    CHECK(cudaMalloc(&lse_, size_t(sh.b) * sh.h * sh.s * 4));
+    CHECK(cudaDeviceSynchronize());
   }
-  float* lse;
-  CHECK(cudaMalloc(&lse, size_t(sh.b) * sh.h * sh.s * 4));
-  auto args_for = [&](int set) {
+  ~Inputs() {
+    for (auto* p : buf_) cudaFree(p);
+    cudaFree(lse_);
+  }
+  int sets() const { return sets_; }
+  flash4::ForwardArgs args(int set, flash4::Tuning tuning) const {
     flash4::ForwardArgs a;
-    auto view = [&](void* p) { return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh.b, sh.s, sh.h, sh.d); };
-    a.q = view(buf[4 * set]);
-    a.k = view(buf[4 * set + 1]);
-    a.v = view(buf[4 * set + 2]);
-    a.out = view(buf[4 * set + 3]);
-    a.lse = flash4::make_view(lse, flash4::DType::kFloat32, flash4::Device::cuda(0), sh.b, sh.h, sh.s);
-    a.causal = sh.causal;
+    auto view = [&](void* p) {
+      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, sh_.h, sh_.d);
+    };
+    a.q = view(buf_[4 * set]);
+    a.k = view(buf_[4 * set + 1]);
+    a.v = view(buf_[4 * set + 2]);
+    a.out = view(buf_[4 * set + 3]);
+    a.lse = flash4::make_view(lse_, flash4::DType::kFloat32, flash4::Device::cuda(0), sh_.b, sh_.h, sh_.s);
+    a.causal = sh_.causal;
     a.tuning = tuning;
     return a;
-  };
-  for (int i = 0; i < 5; ++i) launch(args_for(i % sets));
+  }
+
+ private:
+  Shape sh_;
+  int sets_ = 1;
+  std::vector<__nv_bfloat16*> buf_;
+  float* lse_ = nullptr;
+};
+
+// Median time (ms) of `iters` launches, after warm-up.
+double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher launch) {
+  for (int i = 0; i < 3; ++i) launch(in.args(i % in.sets(), tuning));
   CHECK(cudaDeviceSynchronize());
   std::vector<float> ms(iters);
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < iters; ++i) {
-    const auto a = args_for(i % sets);
+    const auto a = in.args(i % in.sets(), tuning);
     CHECK(cudaEventRecord(start));
     launch(a);
     CHECK(cudaEventRecord(stop));
     CHECK(cudaEventSynchronize(stop));
     CHECK(cudaEventElapsedTime(&ms[i], start, stop));
   }
-  std::sort(ms.begin(), ms.end());
-  for (auto* p : buf) cudaFree(p);
-  cudaFree(lse);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
   return ms[iters / 2];
 }
 
 void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
 
 // A kernel variant the library does not compile, launched through the same parameter builder.
-template <int kHeadDim, bool kMasked, bool kOverlap, bool kPingPong, int kStages>
+template <int kHeadDim, bool kMasked, class Variant>
 void variant_forward(const flash4::ForwardArgs& a) {
   const flash4::detail::Problem p = flash4::detail::validate(a);
-  flash4::sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, kOverlap, kPingPong, kStages>(
-      flash4::detail::make_fwd_params(a, p), nullptr);
+  flash4::sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, Variant>(flash4::detail::make_fwd_params(a, p),
+                                                                                 nullptr);
 }
 
-template <bool kOverlap, bool kPingPong, int kStages>
-Launcher ablation_launcher(const Shape& sh) {
-  if constexpr (kStages == 3) {  // only d = 128 has room for a third K/V stage
-    if (sh.d != 128) return nullptr;
-    return sh.causal ? &variant_forward<128, true, kOverlap, kPingPong, kStages> : &variant_forward<128, false, kOverlap, kPingPong, kStages>;
-  } else {
+template <class Variant>
+Launcher variant_launcher(const Shape& sh) {
   switch (sh.d) {
-    case 64: return sh.causal ? &variant_forward<64, true, kOverlap, kPingPong, kStages> : &variant_forward<64, false, kOverlap, kPingPong, kStages>;
-    case 128: return sh.causal ? &variant_forward<128, true, kOverlap, kPingPong, kStages> : &variant_forward<128, false, kOverlap, kPingPong, kStages>;
-    case 256: return sh.causal ? &variant_forward<256, true, kOverlap, kPingPong, kStages> : &variant_forward<256, false, kOverlap, kPingPong, kStages>;
+    case 64: return sh.causal ? &variant_forward<64, true, Variant> : &variant_forward<64, false, Variant>;
+    case 128: return sh.causal ? &variant_forward<128, true, Variant> : &variant_forward<128, false, Variant>;
+    case 256: return sh.causal ? &variant_forward<256, true, Variant> : &variant_forward<256, false, Variant>;
   }
   return nullptr;
-  }
 }
 
 struct Variant {
-  const char* name;
+  std::string name;
   flash4::Tuning tuning;
   Launcher launch;
 };
 
+// The ablation ladder of the forward issue, then tuning candidates. Each step adds one idea.
+std::vector<Variant> ablation_variants(const Shape& sh) {
+  using flash4::sm90::FwdVariant;
+  const flash4::Tuning exact_always{flash4::Exp2Mode::kExact, false};
+  const flash4::Tuning exact_cond{flash4::Exp2Mode::kExact, true};
+  std::vector<Variant> v = {
+      {"1_warp_specialized", exact_always, variant_launcher<FwdVariant<0, 0>>(sh)},
+      {"2_+intra_wg_overlap", exact_always, variant_launcher<FwdVariant<1, 0>>(sh)},
+      {"3_+pingpong", exact_always, variant_launcher<FwdVariant<1, 1>>(sh)},
+      {"4_+conditional_rescale", exact_cond, variant_launcher<FwdVariant<1, 1>>(sh)},
+      {"5_+exp2_emulation", {}, variant_launcher<FwdVariant<1, 1>>(sh)},
+      {"overlap_condrescale_exact", exact_cond, variant_launcher<FwdVariant<1, 0>>(sh)},
+      {"poly_1of8", {}, variant_launcher<FwdVariant<1, 0, 0, 1>>(sh)},
+      {"poly_2of8", {}, variant_launcher<FwdVariant<1, 0, 0, 2>>(sh)},
+      {"poly_3of8", {}, variant_launcher<FwdVariant<1, 0, 0, 3>>(sh)},
+      {"poly_4of8", {}, variant_launcher<FwdVariant<1, 0, 0, 4>>(sh)},
+  };
+  if (sh.d == 128) {
+    if (sh.causal) v.push_back({"stages_3", {}, &variant_forward<128, true, FwdVariant<-1, -1, 3>>});
+    else v.push_back({"stages_3", {}, &variant_forward<128, false, FwdVariant<-1, -1, 3>>});
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 30;
+  int iters = 30, rounds = 1;
   bool ablation = false;
+  int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      std::sscanf(argv[++i], "%d:%d:%d", &only_d, &only_s, &only_causal);
+      continue;
+    }
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablation")) ablation = true;
   }
   std::vector<Shape> shapes;
@@ -135,22 +178,29 @@ int main(int argc, char** argv) {
     for (int s : {512, 1024, 2048, 4096, 8192, 16384})
       for (bool causal : {false, true}) shapes.push_back({16384 / s, s, 2048 / d, d, causal});
   for (const Shape& sh : shapes) {
+    if (ablation && sh.s != 8192) continue;
+    if (only_d && (sh.d != only_d || sh.s != only_s || int(sh.causal) != only_causal)) continue;
     std::vector<Variant> variants = {{"flash4", {}, &library_forward}};
-    if (ablation && sh.s == 8192) {
-      const flash4::Tuning plain{flash4::Exp2Mode::kExact, false};
-      variants.push_back({"ws_plain", plain, ablation_launcher<false, false, 0>(sh)});
-      variants.push_back({"ws_overlap", plain, ablation_launcher<true, false, 0>(sh)});
-      variants.push_back({"ws_overlap_pingpong", plain, &library_forward});
-      variants.push_back({"ws_overlap_pingpong_condrescale", {flash4::Exp2Mode::kExact, true}, &library_forward});
-      if (sh.d == 128) variants.push_back({"flash4_3stages", {}, ablation_launcher<true, true, 3>(sh)});
+    if (ablation) {
+      auto more = ablation_variants(sh);
+      variants.insert(variants.end(), more.begin(), more.end());
     }
-    for (const auto& var : variants) {
-      if (var.launch == nullptr) continue;
-      const double ms = run(sh, iters, var.tuning, var.launch);
-      double flops = 4.0 * sh.b * sh.h * double(sh.s) * sh.s * sh.d;
-      if (sh.causal) flops /= 2;
-      std::printf("{\"impl\": \"%s\", \"b\": %d, \"s\": %d, \"h\": %d, \"d\": %d, \"causal\": %s, \"ms\": %.4f, \"tflops\": %.1f}\n",
-                  var.name, sh.b, sh.s, sh.h, sh.d, sh.causal ? "true" : "false", ms, flops / ms / 1e9);
+    const Inputs inputs(sh);
+    // Rounds interleave the variants so that clock and thermal drift hit all of them alike.
+    std::vector<std::vector<double>> times(variants.size());
+    for (int r = 0; r < rounds; ++r)
+      for (size_t i = 0; i < variants.size(); ++i)
+        times[i].push_back(median_ms(inputs, iters, variants[i].tuning, variants[i].launch));
+    double flops = 4.0 * sh.b * sh.h * double(sh.s) * sh.s * sh.d;
+    if (sh.causal) flops /= 2;
+    for (size_t i = 0; i < variants.size(); ++i) {
+      auto t = times[i];
+      std::sort(t.begin(), t.end());
+      const double ms = t[t.size() / 2];
+      std::printf("{\"impl\": \"%s\", \"b\": %d, \"s\": %d, \"h\": %d, \"d\": %d, \"causal\": %s, \"ms\": %.4f, "
+                  "\"tflops\": %.1f, \"tflops_min\": %.1f, \"tflops_max\": %.1f}\n",
+                  variants[i].name.c_str(), sh.b, sh.s, sh.h, sh.d, sh.causal ? "true" : "false", ms, flops / ms / 1e9,
+                  flops / t.back() / 1e9, flops / t.front() / 1e9);
       std::fflush(stdout);
     }
   }

@@ -34,6 +34,15 @@ for stage in $STAGES; do
         summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)")
       done
       ;;
+    profile)
+      # Nsight Compute on one launch of the forward kernel (clocks left alone), plus its SASS instruction mix.
+      ncu --clock-control none -k regex:fwd_kernel -s 3 -c 1 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
+        "$BUILD_DIR/bench/flash4_bench" --iters 3 --shape "${PROFILE_SHAPE:-128:8192:0}" >"$OUT/ncu.txt" 2>&1
+      summary+=("ncu: rc=$?")
+      cuobjdump -sass "$BUILD_DIR/bench/flash4_bench" 2>/dev/null | awk '/Function : .*fwd_kernel.*Li128ELb0E/{p=1} p&&/Function : /&&!/Li128ELb0E/{p=0} p' |
+        grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9.]+' | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -40 >"$OUT/sass-mix.txt"
+      ;;
     bench)
       "$BUILD_DIR/bench/flash4_bench" ${BENCH_ARGS:-} >"$OUT/bench-flash4.jsonl" 2>"$OUT/bench-flash4.err"
       summary+=("flash4 bench: rc=$?")

@@ -107,6 +107,9 @@ TEST(ForwardFeatures, FullyMaskedRows) {
   }
 }
 
+// No keys at all: every row is fully masked.
+TEST(ForwardFeatures, NoKeys) { run_and_check_forward(make_case(2, 50, 0, 2, 2, 128, DType::kBFloat16, false)); }
+
 // Large score ranges: the conditional rescale must not overflow P (inputs scaled up so scores span ~1e3).
 TEST(ForwardFeatures, LargeScoreRange) {
   for (int d : {64, 128, 256}) {

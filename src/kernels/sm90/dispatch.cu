@@ -12,6 +12,7 @@
 #include "hw/sm90/tma_map.h"
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/fwd/fwd_config.h"
+#include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 
@@ -149,8 +150,9 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   DeviceGuard guard(args.q.device.index);
   const bool masked = p.has_mask();
   const auto& q = args.q;
-  const FwdParams params = make_fwd_params(args, p);
   auto s = static_cast<cudaStream_t>(stream);
+  if (p.seqlen_k == 0) return launch_forward_no_keys(args, s);
+  const FwdParams params = make_fwd_params(args, p);
 #define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
   if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
     return launch_forward<T, D, M>(params, s);

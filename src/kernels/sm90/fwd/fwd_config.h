@@ -14,17 +14,22 @@
 namespace flash4::sm90 {
 
 struct FwdTileConfig {
-  int block_m;          // query rows per CTA (64 per consumer warpgroup)
-  int block_n;          // keys per K/V tile
-  int stages;           // depth of the K/V shared-memory ring
-  int poly_exp2_per_8;  // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
+  int block_m;            // query rows per CTA (64 per consumer warpgroup)
+  int block_n;            // keys per K/V tile
+  int stages;             // depth of the K/V shared-memory ring
+  int poly_exp2_per_8;    // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
+  bool intra_wg_overlap;  // issue S(j+1) with P(j) V(j); softmax of j+1 overlaps P(j) V(j)
+  bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
 };
 
+// Pipeline choices are measured (bench/flash4_bench --ablation, docs/performance.md): intra-warpgroup overlap
+// wins everywhere (+12-22 %); ping-pong as implemented costs 3-6 % on H200 (the two warpgroups already
+// interleave without it), so it is off.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   (void)masked;  // same tiles today; kept as an axis because causal tuning differs in FA3/FA4
-  if (head_dim <= 64) return {128, 128, 3, 2};
-  if (head_dim <= 128) return {128, 128, 2, 1};
-  return {128, 64, 2, 0};
+  if (head_dim <= 64) return {128, 128, 3, 2, true, false};
+  if (head_dim <= 128) return {128, 128, 2, 1, true, false};
+  return {128, 64, 2, 0, true, false};
 }
 
 constexpr int kFwdConsumerWarpgroups = 2;

@@ -45,16 +45,22 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// kIntraWgOverlap, kPingPong and kStagesOverride exist for the ablation benchmark; the library compiles the
-// defaults only.
-template <class Element, int kHeadDim, bool kMasked, bool kIntraWgOverlap = true, bool kPingPong = true,
-          int kStagesOverride = 0>
+// Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
+// (the library compiles the defaults only). -1 / 0 = take the table's value.
+template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1>
+struct FwdVariant {
+  static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
+};
+
+template <class Element, int kHeadDim, bool kMasked, class Variant = FwdVariant<>>
 struct FwdKernel {
   static constexpr FwdTileConfig kCfg = fwd_tile_config(kHeadDim, kMasked);
   static constexpr int kBlockM = kCfg.block_m;
   static constexpr int kBlockN = kCfg.block_n;
-  static constexpr int kStages = kStagesOverride > 0 ? kStagesOverride : kCfg.stages;
-  static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
+  static constexpr bool kIntraWgOverlap = Variant::overlap >= 0 ? Variant::overlap != 0 : kCfg.intra_wg_overlap;
+  static constexpr bool kPingPong = Variant::pingpong >= 0 ? Variant::pingpong != 0 : kCfg.pingpong;
+  static constexpr int kStages = Variant::stages > 0 ? Variant::stages : kCfg.stages;
+  static constexpr int kPolyPer8 = Variant::poly_per_8 >= 0 ? Variant::poly_per_8 : kCfg.poly_exp2_per_8;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
   static constexpr int kWgRows = 64;
   static constexpr int kConsumers = kFwdConsumerWarpgroups;

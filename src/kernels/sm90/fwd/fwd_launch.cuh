@@ -12,9 +12,9 @@ namespace flash4::sm90 {
 template <class Element, int kHeadDim, bool kMasked>
 void launch_forward(const FwdParams& params, cudaStream_t stream);
 
-template <class Element, int kHeadDim, bool kMasked, bool kIntraWgOverlap, bool kPingPong, int kStagesOverride = 0>
+template <class Element, int kHeadDim, bool kMasked, class Variant>
 void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
-  using Kernel = FwdKernel<Element, kHeadDim, kMasked, kIntraWgOverlap, kPingPong, kStagesOverride>;
+  using Kernel = FwdKernel<Element, kHeadDim, kMasked, Variant>;
   constexpr int kSmemBytes = static_cast<int>(sizeof(typename Kernel::SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
   auto* kernel = &fwd_kernel<Kernel>;
@@ -28,7 +28,7 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
 
 template <class Element, int kHeadDim, bool kMasked>
 void launch_forward(const FwdParams& params, cudaStream_t stream) {
-  launch_forward_variant<Element, kHeadDim, kMasked, /*kIntraWgOverlap=*/true, /*kPingPong=*/true>(params, stream);
+  launch_forward_variant<Element, kHeadDim, kMasked, FwdVariant<>>(params, stream);
 }
 
 }  // namespace flash4::sm90
