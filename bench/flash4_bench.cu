@@ -1,6 +1,7 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
-// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--shape D:S:CAUSAL]
+// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--backward] [--shape D:S:CAUSAL]
+//   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
@@ -50,30 +51,52 @@ class Inputs {
  public:
   explicit Inputs(const Shape& sh) : sh_(sh) {
     const size_t n = size_t(sh.b) * sh.s * sh.h * sh.d;
-    sets_ = static_cast<int>(std::max<size_t>(1, (200u << 20) / (4 * n * 2) + 1));
-    buf_.resize(4 * sets_);
-    for (int i = 0; i < 4 * sets_; ++i) {
+    sets_ = static_cast<int>(std::max<size_t>(1, (200u << 20) / (kPerSet * n * 2) + 1));
+    buf_.resize(kPerSet * sets_);
+    for (int i = 0; i < kPerSet * sets_; ++i) {
       CHECK(cudaMalloc(&buf_[i], n * 2));
       fill_random<<<1024, 256>>>(buf_[i], n, 1234u + i);
     }
-    CHECK(cudaMalloc(&lse_, size_t(sh.b) * sh.h * sh.s * 4));
+    lse_.resize(sets_);
+    for (auto& l : lse_) CHECK(cudaMalloc(&l, size_t(sh.b) * sh.h * sh.s * 4));
     CHECK(cudaDeviceSynchronize());
   }
   ~Inputs() {
     for (auto* p : buf_) cudaFree(p);
-    cudaFree(lse_);
+    for (auto* l : lse_) cudaFree(l);
   }
+  static constexpr int kPerSet = 8;
   int sets() const { return sets_; }
+  // Backward arguments of a set whose out / lse a forward has produced (see prepare_backward).
+  flash4::BackwardArgs backward_args(int set, bool deterministic) const {
+    const flash4::ForwardArgs f = args(set, {});
+    flash4::BackwardArgs a;
+    auto view = [&](void* p) {
+      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, sh_.h, sh_.d);
+    };
+    a.q = f.q, a.k = f.k, a.v = f.v, a.out = f.out, a.lse = f.lse;
+    a.dout = view(buf_[kPerSet * set + 4]);
+    a.dq = view(buf_[kPerSet * set + 5]);
+    a.dk = view(buf_[kPerSet * set + 6]);
+    a.dv = view(buf_[kPerSet * set + 7]);
+    a.causal = sh_.causal;
+    a.deterministic = deterministic;
+    return a;
+  }
+  void prepare_backward() const {
+    for (int i = 0; i < sets_; ++i) flash4::forward(args(i, {}));
+    CHECK(cudaDeviceSynchronize());
+  }
   flash4::ForwardArgs args(int set, flash4::Tuning tuning) const {
     flash4::ForwardArgs a;
     auto view = [&](void* p) {
       return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, sh_.h, sh_.d);
     };
-    a.q = view(buf_[4 * set]);
-    a.k = view(buf_[4 * set + 1]);
-    a.v = view(buf_[4 * set + 2]);
-    a.out = view(buf_[4 * set + 3]);
-    a.lse = flash4::make_view(lse_, flash4::DType::kFloat32, flash4::Device::cuda(0), sh_.b, sh_.h, sh_.s);
+    a.q = view(buf_[kPerSet * set]);
+    a.k = view(buf_[kPerSet * set + 1]);
+    a.v = view(buf_[kPerSet * set + 2]);
+    a.out = view(buf_[kPerSet * set + 3]);
+    a.lse = flash4::make_view(lse_[set], flash4::DType::kFloat32, flash4::Device::cuda(0), sh_.b, sh_.h, sh_.s);
     a.causal = sh_.causal;
     a.tuning = tuning;
     return a;
@@ -82,22 +105,22 @@ class Inputs {
  private:
   Shape sh_;
   int sets_ = 1;
-  std::vector<__nv_bfloat16*> buf_;
-  float* lse_ = nullptr;
+  std::vector<__nv_bfloat16*> buf_;  // per set: q, k, v, out, dout, dq, dk, dv
+  std::vector<float*> lse_;
 };
 
-// Median time (ms) of `iters` launches, after warm-up.
-double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher launch) {
-  for (int i = 0; i < 3; ++i) launch(in.args(i % in.sets(), tuning));
+// Median time (ms) of `iters` calls of run(set), after warm-up.
+template <class Run>
+double median_ms_of(int sets, int iters, Run run) {
+  for (int i = 0; i < 3; ++i) run(i % sets);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> ms(iters);
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < iters; ++i) {
-    const auto a = in.args(i % in.sets(), tuning);
     CHECK(cudaEventRecord(start));
-    launch(a);
+    run(i % sets);
     CHECK(cudaEventRecord(stop));
     CHECK(cudaEventSynchronize(stop));
     CHECK(cudaEventElapsedTime(&ms[i], start, stop));
@@ -106,6 +129,10 @@ double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher la
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[iters / 2];
+}
+
+double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher launch) {
+  return median_ms_of(in.sets(), iters, [&](int set) { launch(in.args(set, tuning)); });
 }
 
 void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
@@ -146,9 +173,11 @@ std::vector<Variant> ablation_variants(const Shape& sh) {
       {"4_+conditional_rescale", exact_cond, variant_launcher<FwdVariant<1, 1>>(sh)},
       {"5_+exp2_emulation", {}, variant_launcher<FwdVariant<1, 1>>(sh)},
       {"overlap_condrescale_exact", exact_cond, variant_launcher<FwdVariant<1, 0>>(sh)},
+      {"non_persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, false>>(sh)},
+      {"pingpong_on", {}, variant_launcher<FwdVariant<-1, 1>>(sh)},
+      {"pingpong_off", {}, variant_launcher<FwdVariant<-1, 0>>(sh)},
       {"poly_1of8", {}, variant_launcher<FwdVariant<1, 0, 0, 1>>(sh)},
       {"poly_2of8", {}, variant_launcher<FwdVariant<1, 0, 0, 2>>(sh)},
-      {"poly_3of8", {}, variant_launcher<FwdVariant<1, 0, 0, 3>>(sh)},
       {"poly_4of8", {}, variant_launcher<FwdVariant<1, 0, 0, 4>>(sh)},
   };
   if (sh.d == 128) {
@@ -162,7 +191,7 @@ std::vector<Variant> ablation_variants(const Shape& sh) {
 
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
-  bool ablation = false;
+  bool ablation = false, backward = false;
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -172,6 +201,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablation")) ablation = true;
+    else if (!std::strcmp(argv[i], "--backward")) backward = true;
   }
   std::vector<Shape> shapes;
   for (int d : {64, 128, 256})
@@ -180,6 +210,23 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     if (ablation && sh.s != 8192) continue;
     if (only_d && (sh.d != only_d || sh.s != only_s || int(sh.causal) != only_causal)) continue;
+    if (backward) {
+      const Inputs inputs(sh);
+      inputs.prepare_backward();
+      double flops = 2.5 * 4.0 * sh.b * sh.h * double(sh.s) * sh.s * sh.d;
+      if (sh.causal) flops /= 2;
+      for (bool deterministic : {false, true}) {
+        const double ms = median_ms_of(inputs.sets(), iters, [&](int set) {
+          flash4::backward(inputs.backward_args(set, deterministic));
+        });
+        std::printf("{\"impl\": \"%s\", \"pass\": \"backward\", \"b\": %d, \"s\": %d, \"h\": %d, \"d\": %d, "
+                    "\"causal\": %s, \"ms\": %.4f, \"tflops\": %.1f}\n",
+                    deterministic ? "flash4_deterministic" : "flash4", sh.b, sh.s, sh.h, sh.d,
+                    sh.causal ? "true" : "false", ms, flops / ms / 1e9);
+        std::fflush(stdout);
+      }
+      continue;
+    }
     std::vector<Variant> variants = {{"flash4", {}, &library_forward}};
     if (ablation) {
       auto more = ablation_variants(sh);

@@ -4,6 +4,8 @@
 #   test   - GPU tests (tests/gpu) against the fp64 reference
 #   sanitize - compute-sanitizer memcheck + racecheck on small shapes
 #   bench  - flash4 forward vs cuDNN / FA2 (SDPA backends), JSON under $OUT
+#   bench-bwd - the same for the backward (flash4 and its deterministic mode)
+#   profile - Nsight Compute sections + SASS instruction mix of one forward launch
 # Full logs go to $OUT; a short table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/flash4-out}
@@ -49,6 +51,13 @@ for stage in $STAGES; do
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py ${SDPA_ARGS:-} >"$OUT/bench-sdpa.jsonl" 2>"$OUT/bench-sdpa.err"
       summary+=("sdpa bench: rc=$?")
       python3 bench/compare.py "$OUT/bench-flash4.jsonl" "$OUT/bench-sdpa.jsonl" | tee "$OUT/bench-table.txt"
+      ;;
+    bench-bwd)
+      "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/bench-bwd-flash4.jsonl" 2>"$OUT/bench-bwd-flash4.err"
+      summary+=("flash4 backward bench: rc=$?")
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward ${SDPA_ARGS:-} >"$OUT/bench-bwd-sdpa.jsonl" 2>"$OUT/bench-bwd-sdpa.err"
+      summary+=("sdpa backward bench: rc=$?")
+      python3 bench/compare.py "$OUT/bench-bwd-flash4.jsonl" "$OUT/bench-bwd-sdpa.jsonl" | tee "$OUT/bench-bwd-table.txt"
       ;;
   esac
 done

@@ -107,6 +107,22 @@ TEST(ForwardFeatures, FullyMaskedRows) {
   }
 }
 
+// More tiles than SMs: each persistent CTA walks several tiles (Q and K/V barriers change phase across tiles).
+TEST(ForwardFeatures, PersistentManyTiles) {
+  for (int d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      CaseSpec s = make_case(3, 1000, 1100, 8, 2, d, d == 128 ? DType::kFloat16 : DType::kBFloat16, causal);
+      s.checked_rows = 40;
+      run_and_check_forward(s);
+    }
+    CaseSpec win = make_case(2, 2000, 2000, 8, 8, d, DType::kBFloat16, false);
+    win.window_left = 256;  // many fully masked K tiles skipped per Q tile
+    win.window_right = 0;
+    win.checked_rows = 40;
+    run_and_check_forward(win);
+  }
+}
+
 // No keys at all: every row is fully masked.
 TEST(ForwardFeatures, NoKeys) { run_and_check_forward(make_case(2, 50, 0, 2, 2, 128, DType::kBFloat16, false)); }
 

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "fwd_configs.inc"  // generated: FLASH4_FWD_CONFIGS(X), the compiled (dtype, head_dim, masked) set
 #include "hw/sm90/tma_map.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_guard.h"
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/fwd/fwd_params.h"
@@ -24,21 +26,6 @@ void launch_forward(const FwdParams& params, cudaStream_t stream);
 
 namespace flash4::detail {
 namespace {
-
-// Switches to the tensors' device for the duration of a call and back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FLASH4_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) FLASH4_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 template <class T>
 constexpr bool compiled_fwd(int head_dim, bool masked) {
@@ -74,14 +61,23 @@ bool tma_compatible(const TensorView& t) {
 }  // namespace
 
 bool cuda_device_supported(int device_index) {
+  // Answers are cached per device: the property query is slow and the answer never changes in a process.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int8_t> cache[kMaxDevices] = {};  // 0 unknown, 1 supported, -1 not
+  if (device_index < 0 || device_index >= kMaxDevices) return false;
+  const int8_t known = cache[device_index].load(std::memory_order_relaxed);
+  if (known != 0) return known > 0;
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || device_index < 0 || device_index >= count) {
-    cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
-    return false;
+  bool ok = false;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && device_index < count) {
+    int major = 0, minor = 0;
+    ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) == cudaSuccess &&
+         major == 9 && minor == 0;
   }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) return false;
-  return prop.major == 9 && prop.minor == 0;
+  cudaGetLastError();  // a failed query (no driver, no device) must not leave a sticky error behind
+  cache[device_index].store(ok ? 1 : -1, std::memory_order_relaxed);
+  return ok;
 }
 
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
@@ -117,7 +113,10 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
   params.tma_q = make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0], q.stride[1], q.stride[2], cfg.block_m);
   params.tma_k = make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0], k.stride[1], k.stride[2], cfg.block_n);
   params.tma_v = make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0], v.stride[1], v.stride[2], cfg.block_n);
-  params.tma_o = make_tensor_map_bshd(o.data, p.batch, p.seqlen_q, p.heads, p.head_dim, o.stride[0], o.stride[1], o.stride[2], 64);
+  params.out = o.data;
+  params.out_stride_b = o.stride[0];
+  params.out_stride_s = o.stride[1];
+  params.out_stride_h = o.stride[2];
   if (args.lse.data != nullptr) {
     params.lse = static_cast<float*>(args.lse.data);
     params.lse_stride_b = args.lse.stride[0];

@@ -1,17 +1,20 @@
 // The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax.
 //
-// Roles (one CTA = one tile of block_m query rows of one (batch, head)):
-//   warpgroup 0, one thread   producer: TMA loads of Q once, then K and V tiles into a ring of `stages`
-//                             shared-memory slots (k_full / v_full on arrival; k_empty as soon as S = Q K^T
-//                             is done, v_empty after P V, so the next K load starts a whole softmax earlier);
+// Roles (persistent CTAs, one per SM; each computes a sequence of tiles of block_m query rows of one
+// (batch, head), see fwd_tile_scheduler.cuh):
+//   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
+//                             done: q_empty), then K and V tiles into a ring of `stages` shared-memory slots
+//                             (k_full / v_full on arrival; k_empty as soon as S is done, v_empty after P V, so
+//                             the next K load starts a whole softmax earlier). The ring runs on across tiles.
 //   warpgroups 1, 2           consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
 //                             online softmax in registers, O += P V (wgmma, P from registers).
 // Pipelining inside a consumer (intra-warpgroup overlap): the matmul S(j+1) = Q K(j+1)^T is issued together with
 // O += P(j) V(j), and the softmax of S(j+1) runs while P(j) V(j) is still on the tensor cores.
-// Ping-pong across consumers: named barriers hand the "issue matmuls" turn back and forth, so one warpgroup's
-// softmax (MUFU + FMA pipes) overlaps the other's matmuls (tensor cores).
-// Epilogue: O / l converted to the input type, staged in the warpgroup's own Q rows (128B swizzle, the layout
-// TMA reads) and written by a TMA store that clips rows past seqlen_q; LSE written directly.
+// Ping-pong across consumers (where the tile table enables it): named barriers hand the "issue matmuls" turn
+// back and forth, so one warpgroup's softmax (MUFU + FMA pipes) overlaps the other's matmuls.
+// Epilogue: O / l converted to the input type and stored straight from registers (the quad of lanes that shares
+// a row writes 16 contiguous bytes per instruction), LSE stored by one lane per row. It needs no shared memory,
+// so the producer is already loading the next tile's Q and K/V while a consumer finishes this one.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,6 +33,7 @@
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_softmax.cuh"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
 
 namespace flash4::sm90 {
 
@@ -47,9 +51,10 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
 // (the library compiles the defaults only). -1 / 0 = take the table's value.
-template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1>
+template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, bool kPersistent = true>
 struct FwdVariant {
   static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
+  static constexpr bool persistent = kPersistent;  // false: one CTA per tile (the grid covers all tiles)
 };
 
 template <class Element, int kHeadDim, bool kMasked, class Variant = FwdVariant<>>
@@ -72,10 +77,11 @@ struct FwdKernel {
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
 
   struct SharedStorage {
-    alignas(1024) Element q[kChunks][kBlockM][64];           // smem, 128B swizzle; reused to stage O
+    alignas(1024) Element q[kChunks][kBlockM][64];           // smem, 128B swizzle, K-major A of Q K^T
     alignas(1024) Element k[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, K-major B of Q K^T
     alignas(1024) Element v[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, MN-major B of P V
     uint64_t q_full;
+    uint64_t q_empty;
     uint64_t k_full[kStages];
     uint64_t v_full[kStages];
     uint64_t k_empty[kStages];
@@ -103,55 +109,65 @@ struct FwdKernel {
   static __device__ __forceinline__ void run(const FwdParams& p, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warpgroup = threadIdx.x / 128;
-    const int m_block = kMasked ? p.num_m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
-    const TileRange range = tile_range(p, m_block);
-
     if (threadIdx.x == 0) {
       mbarrier::init(&s.q_full, 1);
+      mbarrier::init(&s.q_empty, kConsumers * 4);  // one arrival per consumer warp
       for (int i = 0; i < kStages; ++i) {
         mbarrier::init(&s.k_full[i], 1);
         mbarrier::init(&s.v_full[i], 1);
-        mbarrier::init(&s.k_empty[i], kConsumers * 4);  // one arrival per consumer warp
+        mbarrier::init(&s.k_empty[i], kConsumers * 4);
         mbarrier::init(&s.v_empty[i], kConsumers * 4);
       }
       mbarrier::fence_init();
     }
     __syncthreads();
 
+    const FwdTileScheduler<kMasked> scheduler{p.num_m_blocks, p.heads, p.batch};
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x == 0) produce(p, s, m_block, head, batch, range);
+      if (threadIdx.x == 0) produce(p, s, scheduler);
     } else {
       setmaxnreg_inc<240>();
-      consume(p, s, warpgroup - 1, m_block, head, batch, range);
+      PipelineState<kStages> st;
+      uint32_t q_phase = 0;
+      for (int t = blockIdx.x; t < scheduler.total(); t += gridDim.x) {
+        consume(p, s, warpgroup - 1, scheduler.tile(t), st, q_phase);
+        q_phase ^= 1u;
+      }
     }
   }
 
-  static __device__ __forceinline__ void produce(const FwdParams& p, SharedStorage& s, int m_block, int head,
-                                                 int batch, TileRange range) {
+  static __device__ __forceinline__ void produce(const FwdParams& p, SharedStorage& s,
+                                                 const FwdTileScheduler<kMasked>& scheduler) {
     tma::prefetch_descriptor(&p.tma_q);
     tma::prefetch_descriptor(&p.tma_k);
     tma::prefetch_descriptor(&p.tma_v);
-    mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) tma::load_4d(&s.q[c][0][0], &p.tma_q, c * 64, m_block * kBlockM, head, batch, &s.q_full);
-
-    const int head_kv = head / p.group;
     PipelineState<kStages> st;
-    for (int n = range.n_max; n >= range.n_min; --n) {
-      mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
-      mbarrier::arrive_expect_tx(&s.k_full[st.stage], kKVTileBytes);
+    uint32_t q_phase = 0;
+    for (int t = blockIdx.x; t < scheduler.total(); t += gridDim.x) {
+      const FwdTile tile = scheduler.tile(t);
+      mbarrier::wait(&s.q_empty, q_phase ^ 1u);  // previous tile's S matmuls are done with Q
+      mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
-        tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
-      mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
-      mbarrier::arrive_expect_tx(&s.v_full[st.stage], kKVTileBytes);
+        tma::load_4d(&s.q[c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch, &s.q_full);
+      q_phase ^= 1u;
+
+      const TileRange range = tile_range(p, tile.m_block);
+      const int head_kv = tile.head / p.group;
+      for (int n = range.n_max; n >= range.n_min; --n) {
+        mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+        mbarrier::arrive_expect_tx(&s.k_full[st.stage], kKVTileBytes);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
-      st.advance();
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, n * kBlockN, head_kv, tile.batch, &s.k_full[st.stage]);
+        mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
+        mbarrier::arrive_expect_tx(&s.v_full[st.stage], kKVTileBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, tile.batch, &s.v_full[st.stage]);
+        st.advance();
+      }
     }
   }
 
@@ -188,8 +204,11 @@ struct FwdKernel {
     for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
   }
 
-  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, int m_block, int head,
-                                                 int batch, TileRange range) {
+  // One tile of this warpgroup's 64 rows. `st` (K/V ring position) and `q_phase` carry over between tiles.
+  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile,
+                                                 PipelineState<kStages>& st, uint32_t q_phase) {
+    const int m_block = tile.m_block, head = tile.head, batch = tile.batch;
+    const TileRange range = tile_range(p, m_block);
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32;
     const int lane = tid % 32;
@@ -250,8 +269,8 @@ struct FwdKernel {
       if (lane == 0) mbarrier::arrive(empty);
     };
 
-    mbarrier::wait(&s.q_full, 0);
-    PipelineState<kStages> st;
+    mbarrier::wait(&s.q_full, q_phase);
+    if (num_tiles == 0) release(&s.q_empty);  // fully masked tile: Q is not read at all
     if (num_tiles > 0) {
       if constexpr (kIntraWgOverlap) {
         // Prologue: S(first) alone.
@@ -265,6 +284,7 @@ struct FwdKernel {
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_s);
         release(&s.k_empty[st.stage]);
+        if (n == range.n_min) release(&s.q_empty);  // the last S of this tile is done with Q
         softmax_tile(n);  // first tile: O is zero, nothing to rescale
         convert_p(acc_s, p_frag);
         PipelineState<kStages> st_pv = st;  // stage whose V the pending P multiplies
@@ -282,6 +302,7 @@ struct FwdKernel {
           wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
           wgmma::fence_operand(acc_s);
           release(&s.k_empty[st.stage]);
+          if (n == range.n_min) release(&s.q_empty);
           const bool rescaled = softmax_tile(n);
           wgmma::wait_group<0>();
           wgmma::fence_operand(acc_o);
@@ -312,6 +333,7 @@ struct FwdKernel {
           wgmma::wait_group<0>();
           wgmma::fence_operand(acc_s);
           release(&s.k_empty[st.stage]);
+          if (n == range.n_min) release(&s.q_empty);
           if (softmax_tile(n)) rescale_o(acc_o, factor);
           convert_p(acc_s, p_frag);
           mbarrier::wait(&s.v_full[st.stage], st.phase);
@@ -325,12 +347,12 @@ struct FwdKernel {
         }
       }
     }
-    epilogue(p, s, wg, m_block, head, batch, softmax, acc_o, row0, tid, lane);
+    epilogue(p, m_block, head, batch, softmax, acc_o, row0, lane);
   }
 
-  static __device__ __forceinline__ void epilogue(const FwdParams& p, SharedStorage& s, int wg, int m_block, int head,
-                                                  int batch, const FwdSoftmax<kBlockN>& softmax,
-                                                  float (&acc_o)[kHeadDim / 2], int row0, int tid, int lane) {
+  static __device__ __forceinline__ void epilogue(const FwdParams& p, int m_block, int head, int batch,
+                                                  const FwdSoftmax<kBlockN>& softmax, const float (&acc_o)[kHeadDim / 2],
+                                                  int row0, int lane) {
     float row_sum[2];
     softmax.finish(row_sum);
     float inv[2], lse[2];
@@ -341,36 +363,21 @@ struct FwdKernel {
       inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
       lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.scale_log2 + __log2f(row_sum[r])) * 0.69314718055994531f;
     }
-    // Stage O in this warpgroup's 64 Q rows (its own wgmma reads of Q are complete), in the swizzled layout
-    // the TMA store expects: 16-byte unit u of row r sits at unit u ^ (r % 8). Conflict-free: the 8 rows of a
-    // quad-column land in 8 different 16-byte units.
-    const int warp = tid / 32;
-    char* s_o = reinterpret_cast<char*>(&s.q[0][wg * kWgRows][0]);
+    // Thread (lane) holds columns 8c + 2 (lane % 4) + {0, 1} of its two rows: a quad writes 16 contiguous bytes
+    // per store, and the stores for c and c + 1 complete each 32-byte sector in L2.
+    Element* out_bh = static_cast<Element*>(p.out) + batch * p.out_stride_b + head * p.out_stride_h;
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; i += 2) {
-      const int r = (i / 2) % 2;
-      const int row = warp * 16 + lane / 4 + 8 * r;        // within the warpgroup's 64 rows
-      const int col = 8 * (i / 4) + 2 * (lane % 4);         // 0 .. kHeadDim-1
-      const int chunk = col / 64;
-      const int byte_in_row = (col % 64) * 2;
-      const int offset = chunk * (kBlockM * 128) + row * 128 + (((byte_in_row / 16) ^ (row % 8)) * 16) + byte_in_row % 16;
-      *reinterpret_cast<uint32_t*>(s_o + offset) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
-    }
-    fence_async_shared();
-    named_barrier_sync(barrier_id(NamedBarrier::kConsumerWg0, wg), 128);
-    if (tid == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= p.seqlen_q) continue;
+      Element* out_row = out_bh + static_cast<int64_t>(row) * p.out_stride_s + 2 * (lane % 4);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        tma::store_4d(&p.tma_o, c * 64, m_block * kBlockM + wg * kWgRows, head, batch, &s.q[c][wg * kWgRows][0]);
-      tma::store_commit();
+      for (int c = 0; c < kHeadDim / 8; ++c) {
+        const int i = 4 * c + 2 * r;
+        *reinterpret_cast<uint32_t*>(out_row + 8 * c) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
+      }
+      if (p.lse != nullptr && lane % 4 == 0) p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row] = lse[r];
     }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      float* lse_row = p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (row0 + 8 * r < p.seqlen_q) lse_row[row0 + 8 * r] = lse[r];
-    }
-    if (tid == 0) tma::store_wait_read_all();
   }
 };
 

@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/fwd/fwd_kernel.cuh"
 
@@ -18,10 +21,23 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   constexpr int kSmemBytes = static_cast<int>(sizeof(typename Kernel::SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
   auto* kernel = &fwd_kernel<Kernel>;
-  FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // Causal/window CTAs are ordered longest first (blockIdx.x is reversed in the kernel) so the short tail
-  // tiles fill in at the end.
-  const dim3 grid(params.num_m_blocks, params.heads, params.batch);
+  // The shared-memory opt-in is per device; set it once per device, not on every call.
+  static std::atomic<bool> attribute_set[64] = {};
+  int device = 0;
+  FLASH4_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 64 || !attribute_set[device].load(std::memory_order_relaxed)) {
+    FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    if (device < 64) attribute_set[device].store(true, std::memory_order_relaxed);
+  }
+  // Persistent: at most one CTA per SM (one fits), each walking its share of the tiles.
+  static std::atomic<int> sm_count[64] = {};
+  int sms = device < 64 ? sm_count[device].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    FLASH4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (device < 64) sm_count[device].store(sms, std::memory_order_relaxed);
+  }
+  const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, Variant::persistent ? sms : tiles));
   kernel<<<grid, Kernel::kThreads, kSmemBytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
 }

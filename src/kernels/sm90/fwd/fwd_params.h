@@ -11,8 +11,9 @@ struct FwdParams {
   CUtensorMap tma_q;  // (b, sq, h, d),   box 64 cols x block_m rows
   CUtensorMap tma_k;  // (b, sk, hkv, d), box 64 cols x block_n rows
   CUtensorMap tma_v;  // (b, sk, hkv, d), box 64 cols x block_n rows
-  CUtensorMap tma_o;  // (b, sq, h, d),   box 64 cols x 64 rows (one consumer warpgroup)
 
+  void* out = nullptr;   // (b, sq, h, d) bf16/fp16, element strides below, head_dim contiguous
+  int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
   float* lse = nullptr;  // (b, h, sq) fp32, optional
   int64_t lse_stride_b = 0, lse_stride_h = 0;
 

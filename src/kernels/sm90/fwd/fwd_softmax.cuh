@@ -38,9 +38,13 @@ struct FwdSoftmax {
     }
   }
 
+  // cap * tanh(s * pre_scale), with tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): absolute error ~1e-7. (tanh.approx,
+  // what tanhf becomes under fast math, has 2^-11 relative error: 1.5 % in P at cap 30, and an LSE that the
+  // backward's accurate P would not match.)
   static __device__ __forceinline__ void apply_softcap(float (&s)[kValues], float pre_scale, float cap) {
+    const float two_log2e_pre = 2.0f * 1.4426950408889634f * pre_scale;
 #pragma unroll
-    for (int i = 0; i < kValues; ++i) s[i] = cap * tanhf(s[i] * pre_scale);
+    for (int i = 0; i < kValues; ++i) s[i] = cap * (1.0f - __fdividef(2.0f, exp2f(s[i] * two_log2e_pre) + 1.0f));
   }
 
   // Updates the reference max and row sums for a new tile and turns `s` into P (unnormalized probabilities,

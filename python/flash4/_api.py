@@ -1,0 +1,264 @@
+"""Framework-neutral entry points: argument normalization, dispatch to the torch custom ops for torch tensors,
+and the forward for any other DLPack array (numpy, cupy, ...), whose outputs are allocated with the input's own
+array library."""
+
+import sys
+from typing import NamedTuple
+
+import numpy
+
+from ._native import _C
+
+_LAYOUT = "(batch, seqlen, heads, head_dim)"
+_EXP2_MODES = {"auto": 0, "exact": 1, "polynomial": 2}
+
+_torch_backend_module = None  # flash4._torch_ops once loaded (it imports torch and registers the ops)
+
+
+class Support(NamedTuple):
+    """Result of can_implement: `ok`, or the `reason` the device cannot run the configuration."""
+
+    ok: bool
+    reason: str
+
+    def __bool__(self):
+        return self.ok
+
+
+def _torch_backend():
+    global _torch_backend_module
+    if _torch_backend_module is None:
+        from . import _torch_ops
+
+        _torch_backend_module = _torch_ops
+    return _torch_backend_module
+
+
+def _is_torch_tensor(x):
+    torch = sys.modules.get("torch")  # x cannot be a torch tensor unless torch was imported
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def normalize_options(softmax_scale, window_size, softcap):
+    """(softmax_scale, window_left, window_right, softcap) as the native layer takes them. A softmax_scale of
+    None becomes 0.0, the library's "1/sqrt(head_dim)"; the library validates the values."""
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
+    return scale, int(window_size[0]), int(window_size[1]), float(softcap)
+
+
+def check_attention_shape(x, name):
+    """TypeError unless x is an array; ValueError unless it is 4-D. Returns its shape as a tuple."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(
+            f"{name} must be an array (torch tensor, numpy array or another DLPack array), got {type(x).__name__}"
+        )
+    if len(shape) != 4:
+        raise ValueError(f"{name} must have 4 dimensions {_LAYOUT}, got shape {tuple(shape)}")
+    return tuple(shape)
+
+
+def _empty(like, shape, float32=False):
+    """An uninitialized array of `shape` on like's device, with like's dtype (or float32)."""
+    if isinstance(like, numpy.ndarray):
+        return numpy.empty(shape, dtype=numpy.float32 if float32 else like.dtype)
+    namespace = getattr(like, "__array_namespace__", None)
+    if namespace is None:
+        raise TypeError(
+            f"cannot allocate outputs for an array of type {type(like).__name__}: pass torch tensors, numpy arrays "
+            "or arrays with __array_namespace__, or call flash4.forward with preallocated outputs"
+        )
+    xp = namespace()
+    return xp.empty(shape, dtype=xp.float32 if float32 else like.dtype, device=like.device)
+
+
+def _stream_for(x, stream):
+    """The stream to run on: the given one, else torch's current stream for a torch CUDA tensor, else 0."""
+    if stream is not None:
+        return int(stream)
+    if _is_torch_tensor(x) and x.is_cuda:
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    return 0
+
+
+def _exported(*arrays):
+    """torch tensors as DLPack capsules (no implicit stream synchronization, gradients ignored); other arrays
+    as they are (None stays None)."""
+    if not any(_is_torch_tensor(a) for a in arrays):
+        return arrays
+    from torch.utils.dlpack import to_dlpack
+
+    return tuple(to_dlpack(a) if _is_torch_tensor(a) else a for a in arrays)
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    deterministic=False,
+    return_lse=False,
+    *,
+    dropout_p=0.0,
+    alibi_slopes=None,
+    return_attn_probs=False,
+):
+    """Exact attention, keyword-compatible with flash-attn's flash_attn_func.
+
+    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads % heads_kv == 0.
+    softmax_scale: None (or 0) = 1/sqrt(head_dim). causal: bottom-right aligned. window_size: (left, right), -1 =
+    unbounded. softcap: 0 = off. deterministic: bit-identical gradients. return_lse (or flash-attn's
+    return_attn_probs): also return the log-sum-exp (batch, heads, seqlen_q), float32, natural log.
+
+    torch tensors (CPU or CUDA): differentiable, runs on the current CUDA stream, traceable by torch.compile.
+    Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
+    arrays. Returns out (like q) or (out, lse).
+    """
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    want_lse = bool(return_lse or return_attn_probs)
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    if _is_torch_tensor(q):
+        return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse)
+
+    shape = check_attention_shape(q, "q")
+    check_attention_shape(k, "k")
+    check_attention_shape(v, "v")
+    batch, seqlen_q, heads, _ = shape
+    out = _empty(q, shape)
+    lse = _empty(q, (batch, heads, seqlen_q), float32=True)
+    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0)
+    return (out, lse) if want_lse else out
+
+
+def forward(
+    q,
+    k,
+    v,
+    out,
+    lse=None,
+    *,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    stream=None,
+    exp2="auto",
+    conditional_rescale=True,
+):
+    """Low-level forward into preallocated `out` (like q) and optional `lse` ((batch, heads, seqlen_q) float32),
+    for any DLPack arrays. No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
+    CUDA tensors, else the default stream. exp2 ("auto", "exact", "polynomial") and conditional_rescale are
+    the library's tuning knobs, for ablations."""
+    if exp2 not in _EXP2_MODES:
+        raise ValueError(f"exp2 must be one of {sorted(_EXP2_MODES)}, got {exp2!r}")
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    stream = _stream_for(q, stream)
+    _C.forward(*_exported(q, k, v, out, lse), scale, bool(causal), left, right, cap, stream, _EXP2_MODES[exp2],
+               bool(conditional_rescale))
+
+
+def backward(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    dq,
+    dk,
+    dv,
+    *,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    deterministic=False,
+    stream=None,
+):
+    """Low-level backward into preallocated dq, dk, dv (like q, k, v), for any DLPack arrays. `out` and `lse`
+    are the forward's results for the same options."""
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    stream = _stream_for(q, stream)
+    _C.backward(*_exported(dout, q, k, v, out, lse, dq, dk, dv), scale, bool(causal), left, right, cap,
+                bool(deterministic), stream)
+
+
+def can_implement(
+    q,
+    k,
+    v,
+    *,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    deterministic=False,
+    backward=False,
+):
+    """Support(ok, reason): whether the device q lives on can run this attention (the forward, or with
+    backward=True the backward). Raises ValueError/TypeError for invalid arguments, like the entry points.
+    Allocates (uninitialized) outputs of the problem's size to describe it to the library."""
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    shape = check_attention_shape(q, "q")
+    check_attention_shape(k, "k")
+    check_attention_shape(v, "v")
+    batch, seqlen_q, heads, _ = shape
+    if _is_torch_tensor(q):
+        import torch
+
+        empty_like = lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device)  # noqa: E731
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    else:
+        empty_like = lambda t: _empty(t, tuple(t.shape))  # noqa: E731
+        lse = _empty(q, (batch, heads, seqlen_q), float32=True)
+    out = empty_like(q)
+    if backward:
+        arrays = _exported(empty_like(q), q, k, v, out, lse, empty_like(q), empty_like(k), empty_like(v))
+        ok, reason = _C.can_implement_backward(*arrays, scale, bool(causal), left, right, cap, bool(deterministic))
+    else:
+        ok, reason = _C.can_implement_forward(*_exported(q, k, v, out, lse), scale, bool(causal), left, right, cap)
+    return Support(ok, reason)
+
+
+def cuda_available(device_index=0):
+    """True when flash4 was built with its CUDA kernels and GPU `device_index` is one they run on (sm_90)."""
+    return bool(_C.cuda_available(int(device_index)))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """A stand-in for torch.nn.functional.scaled_dot_product_attention on torch tensors in SDPA's layout
+    (batch, heads, seqlen, head_dim). No attn_mask, no dropout. is_causal is SDPA's top-left aligned mask, which
+    flash4 expresses as a window; seqlen_q < seqlen_k with is_causal is not supported. GQA (fewer key/value
+    heads) is always allowed, as with enable_gqa=True."""
+    if attn_mask is not None:
+        raise NotImplementedError("flash4.scaled_dot_product_attention takes no attn_mask; use is_causal or "
+                                  "flash_attn_func's window_size")
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # views in flash4's (batch, seqlen, heads, dim)
+    window = (-1, -1)
+    causal = False
+    if is_causal:
+        seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+        if seqlen_q == seqlen_k:
+            causal = True
+        elif seqlen_q > seqlen_k:
+            window = (-1, seqlen_q - seqlen_k)  # top-left: key j visible to query i iff j <= i
+        else:
+            raise NotImplementedError(
+                "is_causal with seqlen_q < seqlen_k (top-left aligned) is not expressible in flash4's "
+                "bottom-right aligned masks; use flash_attn_func(causal=True) for bottom-right alignment"
+            )
+    out = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window)
+    return out.transpose(1, 2)

@@ -1,0 +1,82 @@
+// DLPack array -> flash4::TensorView: element type, device, rank, shape and strides.
+#include "tensor_view.h"
+
+#include <string>
+
+namespace nb = nanobind;
+
+namespace flash4::python {
+namespace {
+
+// "float64", "int32", "bfloat16", ... for messages.
+std::string describe_dtype(nb::dlpack::dtype t) {
+  std::string kind;
+  switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: return "bool";
+    default: kind = "dlpack-type-code-" + std::to_string(t.code) + "-bits-"; break;
+  }
+  std::string s = kind + std::to_string(t.bits);
+  if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
+  return s;
+}
+
+DType to_dtype(nb::dlpack::dtype t, const char* name) {
+  if (t.lanes == 1) {
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 32) return DType::kFloat32;
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) return DType::kFloat16;
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) return DType::kBFloat16;
+  }
+  const std::string message = std::string(name) + " has dtype " + describe_dtype(t) +
+                              "; flash4 takes float32, float16 or bfloat16 (lse: float32)";
+  throw nb::type_error(message.c_str());
+}
+
+Device to_device(int device_type, int device_id, const char* name) {
+  if (device_type == nb::device::cpu::value) return Device::cpu();
+  if (device_type == nb::device::cuda::value) return Device::cuda(device_id);
+  const std::string message = std::string(name) + " lives on DLPack device type " + std::to_string(device_type) +
+                              "; flash4 runs on the CPU and on CUDA GPUs";
+  throw nb::value_error(message.c_str());
+}
+
+const char* layout_of(int rank) {
+  return rank == kLseRank ? "(batch, heads, seqlen_q)" : "(batch, seqlen, heads, head_dim)";
+}
+
+template <typename Array>
+TensorView convert(const Array& a, const char* name, int rank) {
+  const DType dtype = to_dtype(a.dtype(), name);
+  const Device device = to_device(a.device_type(), a.device_id(), name);
+  if (static_cast<int>(a.ndim()) != rank) {
+    const std::string message = std::string(name) + " must have " + std::to_string(rank) + " dimensions " +
+                                layout_of(rank) + ", got " + std::to_string(a.ndim());
+    throw nb::value_error(message.c_str());
+  }
+  TensorView view;
+  view.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  view.dtype = dtype;
+  view.device = device;
+  view.rank = rank;
+  // Row-major strides stand in where the producer gave none (DLPack's rule) and for empty arrays, whose
+  // exported strides carry no meaning (numpy exports 0 for them).
+  const int64_t* strides = a.size() == 0 ? nullptr : a.stride_ptr();
+  int64_t row_major = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    view.shape[i] = static_cast<int64_t>(a.shape(i));
+    view.stride[i] = strides != nullptr ? strides[i] : row_major;
+    row_major *= view.shape[i];
+  }
+  return view;
+}
+
+}  // namespace
+
+TensorView to_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) { return convert(a, name, rank); }
+TensorView to_view(const nb::ndarray<>& a, const char* name, int rank) { return convert(a, name, rank); }
+
+}  // namespace flash4::python

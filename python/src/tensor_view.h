@@ -1,0 +1,21 @@
+// Conversion of DLPack arrays (numpy, torch, cupy, ... through nanobind's nb::ndarray) to flash4::TensorView.
+// The view borrows the array's memory; the ndarray must outlive every use of the view.
+#pragma once
+
+#include <nanobind/ndarray.h>
+
+#include "flash4/types.h"
+
+namespace flash4::python {
+
+// Rank of the attention tensors (batch, seqlen, heads, head_dim) and of the LSE (batch, heads, seqlen_q).
+constexpr int kAttentionRank = 4;
+constexpr int kLseRank = 3;
+
+// Raises TypeError for an element type flash4 does not take (only float32, float16, bfloat16), ValueError
+// for a device other than the CPU or CUDA, or a rank other than `rank`. Shapes and strides are copied as
+// they are (strides in elements); everything else is validated by the library itself.
+TensorView to_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
+TensorView to_view(const nanobind::ndarray<>& a, const char* name, int rank);
+
+}  // namespace flash4::python

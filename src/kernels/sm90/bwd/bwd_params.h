@@ -1,0 +1,68 @@
+// Kernel parameters of the backward pass (preprocess, main kernel, postprocess), filled by bwd_api.cu.
+// Plain data: pointers, element strides and the mask as a band of allowed key-minus-query offsets.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace flash4::sm90 {
+
+// Strides in elements of a (batch, seqlen, heads, head_dim) tensor; head_dim is contiguous.
+struct BshdStrides {
+  int64_t batch = 0, seq = 0, head = 0;
+};
+
+struct BwdParams {
+  // Inputs (dtype = the kernel's Element).
+  const void* q = nullptr;     // (b, sq, h, d)
+  const void* k = nullptr;     // (b, sk, hkv, d)
+  const void* v = nullptr;     // (b, sk, hkv, d)
+  const void* out = nullptr;   // (b, sq, h, d)
+  const void* dout = nullptr;  // (b, sq, h, d)
+  const float* lse = nullptr;  // (b, h, sq) natural log, -inf for a fully masked row
+  int64_t lse_stride_b = 0, lse_stride_h = 0;
+  BshdStrides q_stride, k_stride, v_stride, out_stride, dout_stride;
+
+  // Outputs.
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  BshdStrides dq_stride, dk_stride, dv_stride;
+
+  // Workspace (one cudaMallocAsync block, see bwd_api.cu), all contiguous.
+  float* dq_accum = nullptr;  // (b, h, sq, d) fp32, zeroed; holds sum_j dS_ij k_j (scale applied in postprocess)
+  float* dsum = nullptr;      // (b, h, sq) D_i = sum_d dO_i * O_i
+  float* lse_log2 = nullptr;  // (b, h, sq) LSE * log2(e); +inf for a fully masked row so that P = exp2(-inf) = 0
+  int* semaphores = nullptr;  // (b, h, m_blocks), zeroed; deterministic mode only
+
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0;
+  int m_blocks = 0, n_blocks = 0;
+
+  // Mask as a band: key j is visible to query i iff band_lo <= j - i <= band_hi (and j < seqlen_k). Unbounded
+  // sides are clamped sentinels (+-kBandSentinel) that every real offset satisfies.
+  int band_lo = 0, band_hi = 0;
+
+  float softmax_scale = 0.0f;
+  float scale_log2 = 0.0f;         // softmax_scale * log2(e) (no softcap)
+  float softcap = 0.0f;            // 0 = off
+  float softcap_pre_scale = 0.0f;  // softmax_scale / softcap
+  float softcap_log2 = 0.0f;       // softcap * log2(e)
+  bool deterministic = false;
+};
+
+// The wgmma kernel's parameters: the above plus the TMA maps (built by bwd_api.cu; tiles in bwd_sm90_config.h).
+namespace bwd {
+struct BwdWgmmaParams {
+  CUtensorMap tma_q;   // (b, sq, h, d),   box 64 cols x kBlockM rows
+  CUtensorMap tma_k;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
+  CUtensorMap tma_v;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
+  CUtensorMap tma_do;  // (b, sq, h, d),   box 64 cols x kBlockM rows
+  BwdParams p;
+};
+}  // namespace bwd
+
+// Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).
+inline constexpr int kBandSentinel = (1 << 30) + (1 << 20);
+
+}  // namespace flash4::sm90

@@ -1,0 +1,82 @@
+// The backward's preprocess (D = rowsum(dO * O), LSE * log2e) and postprocess (dQ = accumulator * scale in the
+// input dtype, written with dq's strides). Memory-bound helpers, templated on the element type only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+
+namespace flash4::sm90::bwd {
+
+inline constexpr int kPrepostThreads = 256;
+inline constexpr int kPreLanesPerRow = 16;  // a row of d <= 256 elements: 16 lanes x up to 2 chunks of 8
+
+// One (b, h, i) row per 16 lanes; row index = (b * heads + h) * seqlen_q + i, the workspace layout.
+template <class Element>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const __grid_constant__ BwdParams p) {
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kPrepostThreads / kPreLanesPerRow) +
+                      threadIdx.x / kPreLanesPerRow;
+  const int sub = static_cast<int>(threadIdx.x % kPreLanesPerRow);
+  const bool valid = row < rows;
+  int64_t i = 0, h = 0, b = 0;
+  float acc = 0.0f;
+  if (valid) {
+    i = row % p.seqlen_q;
+    const int64_t bh = row / p.seqlen_q;
+    h = bh % p.heads;
+    b = bh / p.heads;
+    const Element* g_do = static_cast<const Element*>(p.dout) + b * p.dout_stride.batch + i * p.dout_stride.seq +
+                          h * p.dout_stride.head;
+    const Element* g_o =
+        static_cast<const Element*>(p.out) + b * p.out_stride.batch + i * p.out_stride.seq + h * p.out_stride.head;
+    for (int c = sub * 8; c < p.head_dim; c += kPreLanesPerRow * 8) {
+      const uint4 x = *reinterpret_cast<const uint4*>(g_do + c);
+      const uint4 y = *reinterpret_cast<const uint4*>(g_o + c);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 a = unpack2<Element>(xs[k]), o = unpack2<Element>(ys[k]);
+        acc = fmaf(a.x, o.x, acc);
+        acc = fmaf(a.y, o.y, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = kPreLanesPerRow / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (valid && sub == 0) {
+    p.dsum[row] = acc;
+    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i];
+    constexpr float kLog2e = 1.4426950408889634f;
+    // A fully masked row (LSE = -inf) gets +inf so that exp2(score - lse) = 0 and never inf or NaN.
+    p.lse_log2[row] = lse == -__int_as_float(0x7f800000) ? __int_as_float(0x7f800000) : lse * kLog2e;
+  }
+}
+
+// dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), 8 elements (one 16-byte store) per thread.
+template <class Element>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_dq_kernel(const __grid_constant__ BwdParams p) {
+  const int chunks_per_row = p.head_dim / 8;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kPrepostThreads + threadIdx.x;
+  if (idx >= rows * chunks_per_row) return;
+  const int64_t row = idx / chunks_per_row;
+  const int c = static_cast<int>(idx % chunks_per_row) * 8;
+  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, h = bh % p.heads, b = bh / p.heads;
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + row * p.head_dim + c);
+  const float4 lo = src[0], hi = src[1];
+  const float s = p.softmax_scale;
+  uint4 out;
+  out.x = pack2<Element>(lo.x * s, lo.y * s);
+  out.y = pack2<Element>(lo.z * s, lo.w * s);
+  out.z = pack2<Element>(hi.x * s, hi.y * s);
+  out.w = pack2<Element>(hi.z * s, hi.w * s);
+  Element* dst =
+      static_cast<Element*>(p.dq) + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head + c;
+  *reinterpret_cast<uint4*>(dst) = out;
+}
+
+}  // namespace flash4::sm90::bwd

@@ -1,0 +1,35 @@
+// Tile configuration of the wgmma + TMA backward kernel (bwd_sm90_kernel.cuh), shared by the host (workspace,
+// grid, shared-memory size) and the kernel. Plain constexpr data.
+//
+// A CTA owns kBlockN = 128 keys of one (batch, kv head); consumer warpgroup w owns keys 64w .. 64w + 63 (the M of
+// every wgmma is 64) and keeps their dK, dV (64 x d fp32 each) in registers across the whole Q loop.
+//  * d = 128: dK + dV = 128 registers per thread, so Q tiles are kBlockM = 64 rows: S^T, dP^T are 64 x 64
+//             (32 registers each). dQ (64 x 128) is split by columns: warpgroup w computes columns 64w .. 64w + 63.
+//  * d = 64:  dK + dV = 64 registers, so kBlockM = 128: S^T, dP^T are 64 x 128 (64 registers each). dQ
+//             (128 x 64) is split by rows: warpgroup w computes rows 64w .. 64w + 63.
+// Either way each warpgroup's dQ piece is 64 x 64 (32 registers), one wgmma N = 64 per k-step.
+// Shared memory (bytes): K, V 2 * 128 d * 2; Q, dO 2 stages * 2 * kBlockM d * 2; dS 2 buffers * kBlockM * 128 * 2;
+// d = 128: 64 + 64 + 32 KB = 160 KB; d = 64: 32 + 64 + 64 KB = 160 KB (+ LSE, D, barriers, 1 KB alignment).
+// head_dim 256 is not covered (dK + dV alone would be 256 registers per thread at 64 keys per warpgroup).
+#pragma once
+
+namespace flash4::sm90::bwd {
+
+template <int kHeadDim_>
+struct WgmmaTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the wgmma backward covers head_dim 64 and 128");
+  static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;  // queries per Q tile
+  static constexpr int kBlockN = 128;                         // keys per CTA
+  static constexpr int kStages = 2;                           // Q / dO / LSE / D ring depth
+  static constexpr int kConsumers = 2;                        // warpgroups of 64 keys
+  static constexpr int kThreads = 128 * (1 + kConsumers);     // + one producer warpgroup
+  static constexpr int kChunks = kHeadDim / 64;               // 64-column (128-byte) swizzle chunks per row
+  // dQ split between the consumers: by rows when kBlockM = 128, by columns when kBlockM = 64.
+  static constexpr bool kDqSplitRows = kBlockM == 128;
+  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
+  static_assert(kBlockN == 64 * kConsumers);
+  static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
+};
+
+}  // namespace flash4::sm90::bwd

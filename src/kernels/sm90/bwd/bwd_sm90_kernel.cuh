@@ -1,0 +1,379 @@
+// The Hopper backward main kernel on TMA + wgmma (the mma.sync kernel in bwd_kernel.cuh remains the fallback for
+// what this one does not cover, see bwd_api.cu). Tiles: bwd_sm90_config.h.
+//
+// Each CTA owns kBlockN = 128 keys of one (batch, kv head) and loops over every query head of its GQA group and
+// every Q tile that can see the keys (mask-aware interval, same rule as the mma.sync kernel). Roles:
+//   warpgroup 0, warp 0   producer: K, V once (TMA); then per Q tile Q and dO (TMA) into a 2-stage ring, and
+//                         LSE * log2e and D (plain loads by the 32 lanes into shared memory, +inf / 0 past the
+//                         end of the sequence). `full` completes on the TMA bytes plus 32 lane arrivals; `empty`
+//                         on one arrival per consumer warp.
+//   warpgroups 1, 2       consumers; warpgroup w owns keys 64w .. 64w + 63 of the CTA. Per Q tile:
+//     S^T  = K_w Q^T       wgmma SS, 64 x kBlockM: A = K (K-major: d contiguous), B = Q (K-major)
+//     dP^T = V_w dO^T      wgmma SS, same shapes with V, dO
+//     P^T  = exp2(S^T * scale * log2e - LSE * log2e) masked; dS^T = P^T (dP^T - D) [* (1 - tanh^2) with softcap]
+//     dV  += P^T dO        wgmma RS: A = P^T from registers (the accumulator layout is the A fragment layout with
+//                          k = queries), B = dO (MN-major: d contiguous, transposed)
+//     dK  += dS^T Q        wgmma RS, same with dS^T and Q
+//     dS   -> shared       stmatrix .trans turns the dS^T fragments into dS rows (queries) with keys contiguous, in
+//                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
+//                          one 256-thread named barrier per tile ("both halves of dS written").
+//     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
+//                          computes a 64 x 64 piece (bwd_sm90_config.h) and adds it into the fp32 (b, h, sq, d)
+//                          accumulator with float2 atomics (red.global.add.v2.f32) straight from registers: no
+//                          shared staging, no extra warp. In deterministic mode a per-(b, h, Q tile) semaphore
+//                          orders the CTAs' additions by n_block (each warpgroup adds 1 when its piece is in).
+//   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
+//   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
+//
+// Where the operands live and the shared-memory traffic per Q tile (both consumers, bytes, d = 128, kBlockM = 64):
+//   K, V    shared for the whole CTA (loaded once);   S^T / dP^T read K_w, V_w: 2 * 2 * 16 KB = 64 KB
+//   Q, dO   shared ring (TMA);                         S^T / dP^T read them whole per warpgroup: 64 KB;
+//                                                      dK / dV (B operands) again: 64 KB
+//   P^T     registers only (A of dV)
+//   dS^T    registers (A of dK); dS written once to shared (16 KB) and read by both warpgroups' dQ (32 KB)
+//   K       B of dQ, each warpgroup its 64 columns: 32 KB
+//   LSE, D  shared, 2 * kBlockM floats (broadcast reads)
+// Total ~270 KB for 5 * 2 * 128 * 64 * 128 = 10.5 MFLOP: ~39 FLOP per shared byte (the mma.sync kernel: 14.5).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hw/sm90/fence.cuh"
+#include "hw/sm90/mbarrier.cuh"
+#include "hw/sm90/named_barrier.cuh"
+#include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/setmaxnreg.cuh"
+#include "hw/sm90/tma.cuh"
+#include "hw/sm90/wgmma.cuh"
+#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
+#include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_sm90_config.h"
+#include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+
+namespace flash4::sm90::bwd {
+
+// Stores four 8x8 16-bit matrices transposed: register i of lane L holds row L / 4, columns 2 (L % 4), +1 of
+// fragment matrix i; it lands in memory row 2 (L % 4) (+1), column L / 4. Lanes 8i .. 8i + 7 give the addresses
+// of the 8 memory rows (16 bytes each) of matrix i.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+template <class Element, int kHeadDim, bool kMasked>
+struct BwdWgmmaKernel {
+  using Tile = WgmmaTile<kHeadDim>;
+  static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+  static constexpr int kChunks = Tile::kChunks, kConsumers = Tile::kConsumers, kThreads = Tile::kThreads;
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  // Named barriers: one per consumer warpgroup (deterministic-mode hand-off) and one for both ("dS written").
+  // This kernel has no ping-pong, so it borrows the ping-pong id of the registry for the latter.
+  static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
+  static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kPingPongTurnWg0);
+
+  struct SharedStorage {
+    alignas(1024) Element k[kChunks][kBlockN][64];             // 128B swizzle; A of S^T (K-major), B of dQ (MN-major)
+    alignas(1024) Element v[kChunks][kBlockN][64];             // 128B swizzle; A of dP^T (K-major)
+    alignas(1024) Element q[kStages][kChunks][kBlockM][64];    // 128B swizzle; B of S^T (K-major), B of dK (MN-major)
+    alignas(1024) Element dout[kStages][kChunks][kBlockM][64]; // 128B swizzle; B of dP^T (K-major), B of dV (MN-major)
+    alignas(1024) Element ds[2][kConsumers][kBlockM][64];      // dS rows (queries), chunk w = keys 64w..; A of dQ
+    float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
+    float dsum[kStages][kBlockM];  // D = rowsum(dO * O), 0 past the sequence
+    uint64_t kv_full;
+    uint64_t full[kStages];
+    uint64_t empty[kStages];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
+  static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
+
+  // The Q tiles that can see this CTA's keys: [m_lo, m_lo + m_count).
+  struct QRange {
+    int m_lo, m_count;
+  };
+  static __device__ __forceinline__ QRange q_range(const BwdParams& p, int n_block) {
+    const int n0 = n_block * kBlockN;
+    const long long j0 = n0, j1 = min(n0 + kBlockN, p.seqlen_k) - 1;
+    const long long lo_rows = j0 - p.band_hi;  // first visible tile holds a row i >= j0 - band_hi
+    const long long hi_rows = j1 - p.band_lo;  // last visible tile starts at a row i <= j1 - band_lo
+    int m_lo = lo_rows <= 0 ? 0 : static_cast<int>(min(lo_rows / kBlockM, static_cast<long long>(p.m_blocks)));
+    int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
+    while (m_lo <= m_hi && !tile_visible<Tile>(p, m_lo, n_block)) ++m_lo;  // clipped last tile
+    while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
+    return {m_lo, max(m_hi - m_lo + 1, 0)};
+  }
+
+  static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
+    SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+    if (threadIdx.x == 0) {
+      mbarrier::init(&s.kv_full, 1);
+      for (int i = 0; i < kStages; ++i) {
+        mbarrier::init(&s.full[i], 1 + 32);             // the TMA issue (+ bytes) and 32 LSE / D lanes
+        mbarrier::init(&s.empty[i], kConsumers * 4);    // one arrival per consumer warp
+      }
+      mbarrier::fence_init();
+    }
+    __syncthreads();
+    const int n_block = static_cast<int>(blockIdx.x), hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const QRange range = q_range(P.p, n_block);
+    if (warpgroup == 0) {
+      setmaxnreg_dec<24>();
+      if (threadIdx.x < 32) produce(P, s, n_block, hkv, b, range);
+    } else {
+      setmaxnreg_inc<240>();
+      consume(P, s, warpgroup - 1, n_block, hkv, b, range);
+    }
+  }
+
+  static __device__ __forceinline__ void produce(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
+                                                 int b, QRange range) {
+    const BwdParams& p = P.p;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int iterations = p.group * range.m_count;
+    if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
+    if (lane == 0) {
+      tma::prefetch_descriptor(&P.tma_q);
+      tma::prefetch_descriptor(&P.tma_do);
+      mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
+        tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
+      }
+    }
+    PipelineState<kStages> st;
+    for (int it = 0; it < iterations; ++it) {
+      const int h = hkv * p.group + it / range.m_count;
+      const int m0 = (range.m_lo + it % range.m_count) * kBlockM;
+      mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+      if (lane == 0) {
+        mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          tma::load_4d(&s.q[st.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[st.stage]);
+          tma::load_4d(&s.dout[st.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[st.stage]);
+        }
+      }
+      const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
+#pragma unroll
+      for (int r = lane; r < kBlockM; r += 32) {
+        const int i = m0 + r;
+        const bool valid = i < p.seqlen_q;
+        s.lse[st.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
+        s.dsum[st.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
+      }
+      mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
+      st.advance();
+    }
+  }
+
+  static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
+                                                 int hkv, int b, QRange range) {
+    const BwdParams& p = P.p;
+    const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int n0 = n_block * kBlockN;
+    const int key_row = n0 + wg * 64 + warp * 16 + g;  // keys of accumulator rows: key_row and key_row + 8
+    const int iterations = p.group * range.m_count;
+    const bool softcap = p.softcap > 0.0f;
+    // This warpgroup's dQ piece: rows dq_row0 .. +63 of the Q tile, columns dq_col0 .. +63.
+    constexpr bool kSplitRows = Tile::kDqSplitRows;
+    const int dq_row0 = kSplitRows ? wg * 64 : 0;
+    const int dq_col0 = kSplitRows ? 0 : wg * 64;
+
+    // Accumulator layout of a 64 x N wgmma (per thread N / 2 floats): element i is row 16 warp + g + 8 ((i / 2) % 2),
+    // column 8 (i / 4) + 2 t + (i % 2).
+    float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];  // rows = this warpgroup's keys, columns = head dim
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
+
+    // stmatrix lane addresses inside one dS chunk (rows = queries, 128 bytes of keys, 128B swizzle): lane L gives
+    // row 8 (L / 16) + L % 8 (+ 16 k-step) of matrix L / 8, whose keys start at 16 warp + 8 ((L / 8) % 2), i.e.
+    // 16-byte unit 2 warp + (L / 8) % 2, stored at unit ^ (row % 8) (row % 8 = L % 8).
+    const int st_row = 8 * (lane / 16) + lane % 8;
+    const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));
+
+    if (iterations > 0) mbarrier::wait(&s.kv_full, 0);
+    PipelineState<kStages> st;
+    for (int it = 0; it < iterations; ++it) {
+      const int h = hkv * p.group + it / range.m_count;
+      const int m_block = range.m_lo + it % range.m_count;
+      const int m0 = m_block * kBlockM;
+      const int stage = st.stage;
+      mbarrier::wait(&s.full[stage], st.phase);
+
+      // ---- S^T = K_w Q^T, dP^T = V_w dO^T: 64 keys x kBlockM queries, k = head dim ----
+      float acc_s[kBlockM / 2], acc_dp[kBlockM / 2];
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[ks / 4][wg * 64][(ks % 4) * 16], 16, 1024);
+        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
+        wgmma::mma_ss<kBlockM, 0, Element>(acc_s, desc_k, desc_q, ks > 0);
+      }
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[ks / 4][wg * 64][(ks % 4) * 16], 16, 1024);
+        const uint64_t desc_do = wgmma::make_desc_sw128(&s.dout[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
+        wgmma::mma_ss<kBlockM, 0, Element>(acc_dp, desc_v, desc_do, ks > 0);
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<0>();
+      wgmma::fence_operand(acc_s);
+      wgmma::fence_operand(acc_dp);
+
+      // ---- P^T and dS^T in place; masks only where the tile is cut by the band or the key tail ----
+      bool need_mask = n0 + kBlockN > p.seqlen_k;
+      if constexpr (kMasked) {
+        const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
+        const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
+        need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
+      }
+#pragma unroll
+      for (int jn = 0; jn < kBlockM / 8; ++jn) {
+        const int col = 8 * jn + 2 * t;  // query within the tile of elements 4 jn + 0 / 2; +1 for + 1 / 3
+        const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][col]);
+        const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][col]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 4 * jn + e;
+          const float x = acc_s[i];
+          float score_log2, dscore = 1.0f;
+          if (softcap) {
+            const float th = tanh_accurate(x * p.softcap_pre_scale);
+            score_log2 = p.softcap_log2 * th;
+            dscore = 1.0f - th * th;
+          } else {
+            score_log2 = x * p.scale_log2;
+          }
+          float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
+          if (need_mask) {
+            const int j = key_row + 8 * (e >> 1);
+            const int q = m0 + col + (e & 1);
+            bool visible = j < p.seqlen_k;
+            if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
+            if (!visible) prob = 0.0f;
+          }
+          acc_s[i] = prob;
+          acc_dp[i] = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x)) * dscore;
+        }
+      }
+      // Accumulators -> A fragments (k = queries): k-step j takes elements 8j .. 8j + 7 in order.
+      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          p_frag[j][r] = pack2<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
+          ds_frag[j][r] = pack2<Element>(acc_dp[8 * j + 2 * r], acc_dp[8 * j + 2 * r + 1]);
+        }
+
+      // ---- dV += P^T dO, dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks) {
+        const uint64_t desc_do = wgmma::make_desc_sw128(&s.dout[stage][0][ks * 16][0], kBlockM * 128, 1024);
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dv, p_frag[ks], desc_do, true);
+      }
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks) {
+        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[stage][0][ks * 16][0], kBlockM * 128, 1024);
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], desc_q, true);
+      }
+      wgmma::commit_group();
+
+      // ---- dS (queries x this warpgroup's 64 keys) to shared while dV / dK run ----
+      const int buf = it & 1;
+      const uint32_t s_ds = smem_addr(&s.ds[buf][wg][0][0]) + st_off;
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
+      fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
+      named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
+
+      // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major ----
+      float acc_dq[32];
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        const uint64_t desc_ds = wgmma::make_desc_sw128(&s.ds[buf][ks / 4][dq_row0][(ks % 4) * 16], 16, 1024);
+        const uint64_t desc_kt = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][ks * 16][0], kBlockN * 128, 1024);
+        wgmma::mma_ss<64, 1, Element>(acc_dq, desc_ds, desc_kt, ks > 0);
+      }
+      wgmma::commit_group();
+
+      wgmma::wait_group<1>();  // dV, dK done: Q, dO, LSE, D of this stage are no longer read
+      wgmma::fence_operand(acc_dv);
+      wgmma::fence_operand(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; ++j) {
+        wgmma::fence_operand(p_frag[j]);
+        wgmma::fence_operand(ds_frag[j]);
+      }
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(&s.empty[stage]);
+      wgmma::wait_group<0>();
+      wgmma::fence_operand(acc_dq);
+
+      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece ----
+      int* semaphore = nullptr;
+      if (p.deterministic) {
+        // Warpgroups add into this (b, h, Q tile) in increasing n_block order; each visible (tile, n_block)
+        // contributes one release per consumer warpgroup.
+        semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
+        if (tid == 0) {
+          int expected = 0;
+          for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+          while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
+        }
+        named_barrier_sync(kBarWg0 + wg, 128);
+      }
+      float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + dq_col0 + 2 * t;
+      const int q_row = m0 + dq_row0 + warp * 16 + g;
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int row = q_row + 8 * ((i / 2) % 2);
+        if (row < p.seqlen_q)
+          atomicAdd(reinterpret_cast<float2*>(g_dq + static_cast<int64_t>(row) * kHeadDim + 8 * (i / 4)),
+                    make_float2(acc_dq[i], acc_dq[i + 1]));
+      }
+      if (p.deterministic) {
+        named_barrier_sync(kBarWg0 + wg, 128);  // every warp's additions precede the release
+        if (tid == 0) {
+          __threadfence();
+          red_release_gpu_add(semaphore, 1);
+        }
+      }
+      st.advance();
+    }
+
+    // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
+    Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
+    Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + 2 * t;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; i += 2) {
+      const int j = key_row + 8 * ((i / 2) % 2);
+      if (j >= p.seqlen_k) continue;
+      const int col = 8 * (i / 4);
+      *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + col) =
+          pack2<Element>(acc_dk[i] * p.softmax_scale, acc_dk[i + 1] * p.softmax_scale);
+      *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + col) = pack2<Element>(acc_dv[i], acc_dv[i + 1]);
+    }
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __grid_constant__ BwdWgmmaParams params) {
+  extern __shared__ char smem_unaligned[];
+  // 128B-swizzled tiles must start on 1024-byte boundaries.
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_unaligned) + 1023) & ~uintptr_t(1023));
+  Kernel::run(params, smem);
+}
+
+}  // namespace flash4::sm90::bwd

@@ -1,0 +1,271 @@
+// Hopper backward kernels vs the fp64 reference, with the tolerance rule of tests/common/tolerance.h. Inputs are
+// fresh random values every run (seed printed on failure); out and LSE come from the fp64 reference forward
+// (rounded to the dtype / fp32) so the backward is tested on its own; dq, dk, dv are NaN-poisoned before each
+// launch (padding included, so writes outside the tensor or missing writes show up).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.h"
+#include "common/naive_baseline.h"
+#include "common/problem_builder.h"
+#include "device_mirror.h"
+#include "flash4/api.h"
+
+namespace flash4::test {
+namespace {
+
+CaseSpec make_case(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType dtype, bool causal) {
+  CaseSpec s;
+  s.batch = b;
+  s.seqlen_q = sq;
+  s.seqlen_k = sk;
+  s.heads = h;
+  s.heads_kv = hkv;
+  s.head_dim = d;
+  s.dtype = dtype;
+  s.causal = causal;
+  return s;
+}
+
+// Fills out and lse of `t` with the fp64 reference forward (out rounded to the dtype, LSE to fp32).
+void reference_out_lse(const CaseSpec& spec, AttentionTensors& t) {
+  const detail::Problem p = make_problem(t.forward_args(spec));
+  const ForwardResult ref = reference_forward(p, t.q.to_double(), t.k.to_double(), t.v.to_double());
+  t.out.assign(ref.out);
+  t.lse.assign(ref.lse);
+}
+
+// The device copies of one case's tensors and the BackwardArgs that point at them.
+struct DeviceCase {
+  explicit DeviceCase(AttentionTensors& t)
+      : q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv) {}
+  bool ok() const {
+    return q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && dout.ok() && dq.ok() && dk.ok() && dv.ok();
+  }
+  BackwardArgs args(const CaseSpec& spec, const AttentionTensors& t) const {
+    BackwardArgs a = t.backward_args(spec);
+    a.q = q.view();
+    a.k = k.view();
+    a.v = v.view();
+    a.out = out.view();
+    a.lse = lse.view();
+    a.dout = dout.view();
+    a.dq = dq.view();
+    a.dk = dk.view();
+    a.dv = dv.view();
+    return a;
+  }
+  DeviceMirror q, k, v, out, lse, dout, dq, dk, dv;
+};
+
+void run_and_check_backward(const CaseSpec& spec) {
+  SCOPED_TRACE(spec.name());
+  FLASH4_TEST_RNG(rng);
+  AttentionTensors t = make_tensors(spec, rng, /*backward=*/true);
+  reference_out_lse(spec, t);
+  DeviceCase dev(t);
+  ASSERT_TRUE(dev.ok());
+  const BackwardArgs args = dev.args(spec, t);
+  const Support support = can_implement(args);
+  ASSERT_TRUE(support.ok) << support.reason;
+  backward(args);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  FLASH4_TEST_CUDA(dev.dq.download());
+  FLASH4_TEST_CUDA(dev.dk.download());
+  FLASH4_TEST_CUDA(dev.dv.download());
+  EXPECT_TRUE(check_backward(spec, t));
+}
+
+bool gpu_present() { return cuda_available(0); }
+
+#define FLASH4_REQUIRE_GPU() \
+  if (!gpu_present()) GTEST_SKIP() << "no sm_90 GPU"
+
+struct Shape {
+  int64_t b, sq, sk, h, hkv, d;
+};
+
+// Small and odd shapes: one query, one key (every row but the last fully masked under causal), tails on both
+// sides of a 64-row tile, GQA 4:1 and MHA. Kernel selection (bwd_api.cu, use_wgmma_kernel): seqlen_k <= 64 runs
+// the mma.sync kernel, seqlen_k > 64 (contiguous or TMA-describable layouts) the wgmma kernel, so this list covers
+// both: {1, 17}, {17, 1} mma.sync; the others wgmma.
+const Shape kSmallShapes[] = {
+    {1, 128, 128, 4, 4, 64}, {1, 1, 17, 2, 2, 64}, {1, 17, 1, 2, 2, 128}, {2, 257, 129, 8, 2, 64},
+    {1, 65, 200, 2, 1, 128},
+};
+
+class BackwardShapes : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+
+TEST_P(BackwardShapes, MatchesReference) {
+  FLASH4_REQUIRE_GPU();
+  const auto [causal, dtype] = GetParam();
+  for (const Shape& s : kSmallShapes) run_and_check_backward(make_case(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BackwardShapes,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "causal" : "full") +
+                                  (std::get<1>(info.param) == DType::kBFloat16 ? "_bf16" : "_fp16");
+                         });
+
+// The wgmma kernel (seqlen_k > 64) on shapes that stress its tiling: 128-key CTAs with a key tail inside the
+// second consumer warpgroup (sk = 100, 190) or exactly one warpgroup (sk = 65), Q tiles of 64 (d = 128) or 128
+// (d = 64) rows with tails, seqlen_q = 1, several Q tiles per CTA and several CTAs per dQ row (dQ atomics from
+// both warpgroups), GQA 2:1 and MQA, and seqlen_q > seqlen_k / seqlen_q < seqlen_k under causal (bottom-right).
+// Also the mma.sync kernel on the same head dims with seqlen_k <= 64.
+const Shape kWgmmaShapes[] = {
+    {1, 64, 65, 2, 2, 128},   {1, 1, 300, 2, 1, 64},    {1, 130, 100, 2, 2, 64},  {2, 200, 190, 4, 2, 128},
+    {1, 383, 257, 3, 1, 128}, {1, 257, 520, 2, 2, 64},  {1, 600, 128, 2, 1, 128}, {1, 129, 40, 2, 1, 128},
+};
+
+class BackwardWgmmaShapes : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+
+TEST_P(BackwardWgmmaShapes, MatchesReference) {
+  FLASH4_REQUIRE_GPU();
+  const auto [causal, dtype] = GetParam();
+  for (const Shape& s : kWgmmaShapes) run_and_check_backward(make_case(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "causal" : "full") +
+                                  (std::get<1>(info.param) == DType::kBFloat16 ? "_bf16" : "_fp16");
+                         });
+
+// The long ragged MQA shape: many K/V tiles contend for the same dQ rows. One dtype per mask to bound the
+// fp64 reference's CPU time.
+TEST(Backward, LongRaggedMqa) {
+  FLASH4_REQUIRE_GPU();
+  run_and_check_backward(make_case(2, 1000, 1013, 4, 1, 128, DType::kBFloat16, false));
+  run_and_check_backward(make_case(2, 1000, 1013, 4, 1, 128, DType::kFloat16, true));
+}
+
+TEST(Backward, SlidingWindow) {
+  FLASH4_REQUIRE_GPU();
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    CaseSpec s = make_case(2, 257, 129, 8, 2, 64, dtype, false);
+    s.window_left = 32;
+    s.window_right = 0;
+    run_and_check_backward(s);
+    s = make_case(1, 300, 300, 4, 2, 128, dtype, true);
+    s.window_left = 32;
+    run_and_check_backward(s);
+    s = make_case(1, 200, 333, 2, 2, 64, dtype, false);  // two-sided window, ragged
+    s.window_left = 70;
+    s.window_right = 5;
+    run_and_check_backward(s);
+  }
+}
+
+TEST(Backward, Softcap) {
+  FLASH4_REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    CaseSpec s = make_case(2, 257, 129, 8, 2, 64, causal ? DType::kFloat16 : DType::kBFloat16, causal);
+    s.softcap = 30.0f;
+    s.input_stddev = 3.0;  // scores large enough that the cap bends them
+    run_and_check_backward(s);
+    s = make_case(1, 190, 190, 2, 1, 128, DType::kBFloat16, causal);
+    s.softcap = 30.0f;
+    s.input_stddev = 3.0;
+    run_and_check_backward(s);
+  }
+}
+
+TEST(Backward, StridedLayoutAndScale) {
+  FLASH4_REQUIRE_GPU();
+  CaseSpec s = make_case(2, 150, 211, 4, 2, 128, DType::kBFloat16, true);
+  s.layout = Layout::kStrided;
+  s.softmax_scale = 0.05f;
+  run_and_check_backward(s);
+  s = make_case(2, 257, 129, 8, 2, 64, DType::kFloat16, false);
+  s.layout = Layout::kStrided;
+  run_and_check_backward(s);
+}
+
+// deterministic = true: ten runs give bit-identical dq, dk, dv (and pass the tolerance rule).
+TEST(Backward, DeterministicIsBitIdentical) {
+  FLASH4_REQUIRE_GPU();
+  // (700, 650, d 64) and (300, 400, d 128) run the wgmma kernel, (150, 60, d 128) the mma.sync kernel.
+  const Shape shapes[] = {{2, 700, 650, 4, 2, 64}, {1, 300, 400, 4, 1, 128}, {1, 150, 60, 2, 2, 128}};
+  for (int c = 0; c < 6; ++c) {
+    const Shape& shape = shapes[c / 2];
+    const bool causal = c % 2 == 1;
+    const CaseSpec spec =
+        make_case(shape.b, shape.sq, shape.sk, shape.h, shape.hkv, shape.d, DType::kBFloat16, causal);
+    SCOPED_TRACE(spec.name());
+    FLASH4_TEST_RNG(rng);
+    AttentionTensors t = make_tensors(spec, rng, /*backward=*/true);
+    reference_out_lse(spec, t);
+    DeviceCase dev(t);
+    ASSERT_TRUE(dev.ok());
+    BackwardArgs args = dev.args(spec, t);
+    args.deterministic = true;
+    const Support support = can_implement(args);
+    ASSERT_TRUE(support.ok) << support.reason;
+    std::vector<std::vector<char>> first;
+    for (int run = 0; run < 10; ++run) {
+      backward(args);
+      FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+      FLASH4_TEST_CUDA(dev.dq.download());
+      FLASH4_TEST_CUDA(dev.dk.download());
+      FLASH4_TEST_CUDA(dev.dv.download());
+      int index = 0;
+      for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) {
+        const char* bytes = static_cast<const char*>(h->data());
+        if (run == 0) {
+          first.emplace_back(bytes, bytes + h->storage_bytes());
+        } else {
+          EXPECT_EQ(std::memcmp(first[index].data(), bytes, h->storage_bytes()), 0)
+              << "run " << run << " differs from run 0 in " << (index == 0 ? "dq" : index == 1 ? "dk" : "dv");
+        }
+        ++index;
+      }
+    }
+    EXPECT_TRUE(check_backward(spec, t));
+  }
+}
+
+// can_implement names what the GPU backward does not run. The views point at fake device addresses: nothing
+// is launched and nothing is dereferenced.
+TEST(Backward, RefusesUnsupportedWithReason) {
+  FLASH4_REQUIRE_GPU();
+  auto view = [](uintptr_t address, DType dtype, int64_t s, int64_t h, int64_t d) {
+    return make_view(reinterpret_cast<void*>(address), dtype, Device::cuda(0), 1, s, h, d);
+  };
+  auto args_for = [&](DType dtype, int64_t d) {
+    BackwardArgs a;
+    uintptr_t base = uintptr_t{1} << 40;
+    const uintptr_t step = uintptr_t{1} << 30;
+    a.q = view(base += step, dtype, 64, 2, d);
+    a.k = view(base += step, dtype, 64, 2, d);
+    a.v = view(base += step, dtype, 64, 2, d);
+    a.out = view(base += step, dtype, 64, 2, d);
+    a.dout = view(base += step, dtype, 64, 2, d);
+    a.dq = view(base += step, dtype, 64, 2, d);
+    a.dk = view(base += step, dtype, 64, 2, d);
+    a.dv = view(base += step, dtype, 64, 2, d);
+    a.lse = make_view(reinterpret_cast<void*>(base += step), DType::kFloat32, Device::cuda(0), 1, 2, 64);
+    return a;
+  };
+  const Support fp32 = can_implement(args_for(DType::kFloat32, 64));
+  EXPECT_FALSE(fp32.ok);
+  EXPECT_NE(fp32.reason.find("fp32"), std::string::npos) << fp32.reason;
+  const Support d96 = can_implement(args_for(DType::kBFloat16, 96));
+  EXPECT_FALSE(d96.ok);
+  EXPECT_NE(d96.reason.find("head_dim"), std::string::npos) << d96.reason;
+  EXPECT_TRUE(can_implement(args_for(DType::kBFloat16, 128)).ok);
+  BackwardArgs misaligned = args_for(DType::kFloat16, 64);
+  misaligned.q.data = static_cast<char*>(misaligned.q.data) + 2;
+  const Support mis = can_implement(misaligned);
+  EXPECT_FALSE(mis.ok);
+  EXPECT_NE(mis.reason.find("aligned"), std::string::npos) << mis.reason;
+}
+
+}  // namespace
+}  // namespace flash4::test
