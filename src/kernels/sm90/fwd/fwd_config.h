@@ -2,7 +2,7 @@
 // host dispatch (shared-memory size, grid) and the kernel, and checked on the CPU by tests.
 //
 // Budget per CTA (one CTA per SM): 227 KB of shared memory, 64K registers. Two consumer warpgroups of 64 query
-// rows each (kBlockM = 128) plus one producer warpgroup; setmaxnreg gives the consumers 240 registers.
+// rows each (kBlockM = 128) plus one producer warpgroup; setmaxnreg gives the consumers 232-240 registers.
 //  * d = 64:  K/V tiles are small (16 KB each), so 128 keys per tile and a 3-deep ring keep TMA well ahead.
 //             The exp is ~70 % of the matmul time here, so the FMA-pipe polynomial takes a share of the exps.
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 240 registers while the next S is in

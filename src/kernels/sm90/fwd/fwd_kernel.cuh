@@ -1,7 +1,7 @@
 // The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax.
 //
 // Roles (persistent CTAs, one per SM; each computes a sequence of tiles of block_m query rows of one
-// (batch, head), see fwd_tile_scheduler.cuh):
+// (batch, head), handed out dynamically in the order of fwd_tile_scheduler.cuh):
 //   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
 //                             done: q_empty), then K and V tiles into a ring of `stages` shared-memory slots
 //                             (k_full / v_full on arrival; k_empty as soon as S is done, v_empty after P V, so
@@ -73,6 +73,10 @@ struct FwdKernel {
   static_assert(kBlockM == kWgRows * kConsumers);
   static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
 
+  // d = 256 consumers hold a 128-register O accumulator and need all 240; elsewhere the producer's tile
+  // bookkeeping (scheduler, mask ranges) gets 40 so it does not spill.
+  static constexpr int kProducerRegisters = kHeadDim > 128 ? 24 : 40;
+  static constexpr int kConsumerRegisters = kHeadDim > 128 ? 240 : 232;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
 
@@ -82,6 +86,7 @@ struct FwdKernel {
     alignas(1024) Element v[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, MN-major B of P V
     uint64_t q_full;
     uint64_t q_empty;
+    int tile_id;  // tile whose Q the current q_full phase delivers; -1 = no more tiles
     uint64_t k_full[kStages];
     uint64_t v_full[kStages];
     uint64_t k_empty[kStages];
@@ -123,20 +128,25 @@ struct FwdKernel {
     __syncthreads();
 
     const FwdTileScheduler<kMasked> scheduler{p.num_m_blocks, p.heads, p.batch};
+    static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536);
     if (warpgroup == 0) {
-      setmaxnreg_dec<24>();
+      setmaxnreg_dec<kProducerRegisters>();
       if (threadIdx.x == 0) produce(p, s, scheduler);
     } else {
-      setmaxnreg_inc<240>();
+      setmaxnreg_inc<kConsumerRegisters>();
       PipelineState<kStages> st;
-      uint32_t q_phase = 0;
-      for (int t = blockIdx.x; t < scheduler.total(); t += gridDim.x) {
-        consume(p, s, warpgroup - 1, scheduler.tile(t), st, q_phase);
-        q_phase ^= 1u;
+      for (uint32_t q_phase = 0;; q_phase ^= 1u) {
+        mbarrier::wait(&s.q_full, q_phase);
+        const int t = *static_cast<volatile int*>(&s.tile_id);  // published before q_full completed
+        if (t < 0) break;
+        consume(p, s, warpgroup - 1, scheduler.tile(t), st);
       }
     }
   }
 
+  // Tiles are handed out dynamically: each CTA starts with tile blockIdx.x and then takes the next unclaimed one
+  // from a global counter, so CTAs that drew short (causal) tiles simply take more. The producer claims the
+  // next tile while this one's K/V stream, and publishes it to the consumers with the Q load (tile_id, -1 = done).
   static __device__ __forceinline__ void produce(const FwdParams& p, SharedStorage& s,
                                                  const FwdTileScheduler<kMasked>& scheduler) {
     tma::prefetch_descriptor(&p.tma_q);
@@ -144,14 +154,20 @@ struct FwdKernel {
     tma::prefetch_descriptor(&p.tma_v);
     PipelineState<kStages> st;
     uint32_t q_phase = 0;
-    for (int t = blockIdx.x; t < scheduler.total(); t += gridDim.x) {
-      const FwdTile tile = scheduler.tile(t);
+    for (int t = blockIdx.x;; q_phase ^= 1u) {
       mbarrier::wait(&s.q_empty, q_phase ^ 1u);  // previous tile's S matmuls are done with Q
+      if (t >= scheduler.total()) {
+        s.tile_id = -1;
+        mbarrier::arrive(&s.q_full);  // completes the phase without data: consumers see -1 and stop
+        break;
+      }
+      s.tile_id = t;
+      const FwdTile tile = scheduler.tile(t);
       mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
         tma::load_4d(&s.q[c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch, &s.q_full);
-      q_phase ^= 1u;
+      const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
 
       const TileRange range = tile_range(p, tile.m_block);
       const int head_kv = tile.head / p.group;
@@ -168,6 +184,7 @@ struct FwdKernel {
           tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, tile.batch, &s.v_full[st.stage]);
         st.advance();
       }
+      t = next;
     }
   }
 
@@ -204,9 +221,9 @@ struct FwdKernel {
     for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
   }
 
-  // One tile of this warpgroup's 64 rows. `st` (K/V ring position) and `q_phase` carry over between tiles.
+  // One tile of this warpgroup's 64 rows, once its Q has arrived. `st` (K/V ring position) carries over.
   static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile,
-                                                 PipelineState<kStages>& st, uint32_t q_phase) {
+                                                 PipelineState<kStages>& st) {
     const int m_block = tile.m_block, head = tile.head, batch = tile.batch;
     const TileRange range = tile_range(p, m_block);
     const int tid = threadIdx.x % 128;
@@ -269,7 +286,6 @@ struct FwdKernel {
       if (lane == 0) mbarrier::arrive(empty);
     };
 
-    mbarrier::wait(&s.q_full, q_phase);
     if (num_tiles == 0) release(&s.q_empty);  // fully masked tile: Q is not read at all
     if (num_tiles > 0) {
       if constexpr (kIntraWgOverlap) {

@@ -38,8 +38,14 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   }
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
   const int grid = static_cast<int>(std::min<int64_t>(tiles, Variant::persistent ? sms : tiles));
-  kernel<<<grid, Kernel::kThreads, kSmemBytes, stream>>>(params);
-  FLASH4_CUDA_CHECK_LAUNCH();
+  // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
+  FwdParams launch_params = params;
+  FLASH4_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&launch_params.tile_counter), sizeof(int), stream));
+  FLASH4_CUDA_CHECK(cudaMemsetAsync(launch_params.tile_counter, 0, sizeof(int), stream));
+  kernel<<<grid, Kernel::kThreads, kSmemBytes, stream>>>(launch_params);
+  const cudaError_t launch_status = cudaGetLastError();
+  FLASH4_CUDA_CHECK(cudaFreeAsync(launch_params.tile_counter, stream));
+  FLASH4_CUDA_CHECK(launch_status);
 }
 
 template <class Element, int kHeadDim, bool kMasked>

@@ -17,6 +17,8 @@ struct FwdParams {
   float* lse = nullptr;  // (b, h, sq) fp32, optional
   int64_t lse_stride_b = 0, lse_stride_h = 0;
 
+  int* tile_counter = nullptr;  // zeroed int in global memory: the dynamic tile scheduler's next tile
+
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, group = 1;  // group = heads / heads_kv
   int num_m_blocks = 0;
   int window_left = -1, window_right = -1;  // causal folded in; -1 = unbounded
