@@ -211,6 +211,14 @@ int main(int argc, char** argv) {
     if (ablation && sh.s != 8192) continue;
     if (only_d && (sh.d != only_d || sh.s != only_s || int(sh.causal) != only_causal)) continue;
     if (backward) {
+      {
+        const Inputs probe_inputs(Shape{1, 128, sh.h, sh.d, sh.causal});
+        const flash4::Support support = flash4::can_implement(probe_inputs.backward_args(0, false));
+        if (!support) {
+          std::fprintf(stderr, "skipping d=%d backward: %s\n", sh.d, support.reason.c_str());
+          continue;
+        }
+      }
       const Inputs inputs(sh);
       inputs.prepare_backward();
       double flops = 2.5 * 4.0 * sh.b * sh.h * double(sh.s) * sh.s * sh.d;

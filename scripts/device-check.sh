@@ -6,6 +6,11 @@
 #   bench  - flash4 forward vs cuDNN / FA2 (SDPA backends), JSON under $OUT
 #   bench-bwd - the same for the backward (flash4 and its deterministic mode)
 #   profile - Nsight Compute sections + SASS instruction mix of one forward launch
+#   cli    - `flash4 run --check` on the GPU (forward and backward), as a user would
+#   python - the Python package: offline pip install, pytest on the GPU, 200-step training flash4 vs SDPA
+#            (scripts/device-python.sh)
+#   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
+#            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/flash4-out}
@@ -51,6 +56,33 @@ for stage in $STAGES; do
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py ${SDPA_ARGS:-} >"$OUT/bench-sdpa.jsonl" 2>"$OUT/bench-sdpa.err"
       summary+=("sdpa bench: rc=$?")
       python3 bench/compare.py "$OUT/bench-flash4.jsonl" "$OUT/bench-sdpa.jsonl" | tee "$OUT/bench-table.txt"
+      ;;
+    cli)
+      for extra in "" "--causal" "--backward" "--backward --causal --heads-kv 2"; do
+        "$BUILD_DIR/apps/flash4" run --batch 2 --seqlen 2048 --heads 16 --heads-kv 16 --head-dim 128 --dtype bf16 \
+          --device cuda --check --iters 10 $extra >>"$OUT/cli.log" 2>&1
+        summary+=("cli $extra: rc=$? $(grep -E 'PASS|FAIL' "$OUT/cli.log" | tail -1)")
+      done
+      ;;
+    python)
+      OUT="$OUT/python" bash scripts/device-python.sh >"$OUT/python.log" 2>&1
+      summary+=("python: rc=$?")
+      sed -n '/== summary/,$p' "$OUT/python.log"
+      ;;
+    bench-py)
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls flash4,cudnn,fa2 >"$OUT/fwd.jsonl" 2>"$OUT/fwd.err"
+      summary+=("forward bench (one process): rc=$?")
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls flash4,cudnn,fa2 --dims 64,128 >"$OUT/bwd.jsonl" 2>"$OUT/bwd.err"
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn,fa2 --dims 256 >>"$OUT/bwd.jsonl" 2>>"$OUT/bwd.err"
+      summary+=("backward bench (one process): rc=$?")
+      "$BUILD_DIR/bench/flash4_bench" --backward 2>/dev/null | grep flash4_deterministic >>"$OUT/bwd.jsonl"
+      "$BUILD_DIR/bench/flash4_bench" --ablation --rounds 3 --iters 20 >"$OUT/ablation.jsonl" 2>"$OUT/ablation.err"
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn --seqlens 8192 >>"$OUT/ablation.jsonl" 2>/dev/null
+      python3 bench/report.py collect --out "$OUT/results.json" --gpu "$(head -1 "$OUT/gpu.txt")" \
+        --commit "${COMMIT:-unknown}" --forward "$OUT/fwd.jsonl" --backward "$OUT/bwd.jsonl" --ablation "$OUT/ablation.jsonl"
+      echo "-- forward"; python3 bench/compare.py "$OUT/fwd.jsonl"
+      echo "-- backward"; python3 bench/compare.py "$OUT/bwd.jsonl"
+      echo "-- ablation"; python3 bench/compare.py "$OUT/ablation.jsonl"
       ;;
     bench-bwd)
       "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/bench-bwd-flash4.jsonl" 2>"$OUT/bench-bwd-flash4.err"

@@ -60,7 +60,7 @@ echo "== python tests (scripts/test-python.sh)"
 python_status=0
 python_log="$build_dir/python-tests.log"
 bash scripts/test-python.sh 2>&1 | tee "$python_log" || python_status=$?
-python_summary=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$python_log" | tail -1 || true)
+python_summary=$(grep -E "[0-9]+ (passed|failed|error).* in [0-9.]+s" "$python_log" | tail -1 || true)
 python_summary=${python_summary:-"no summary (exit $python_status)"}
 
 # ---- summary ----------------------------------------------------------------------------------------------

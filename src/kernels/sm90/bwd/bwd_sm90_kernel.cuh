@@ -18,10 +18,12 @@
 //                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
 //                          one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
-//                          computes a 64 x 64 piece (bwd_sm90_config.h) and adds it into the fp32 (b, h, sq, d)
-//                          accumulator with float2 atomics (red.global.add.v2.f32) straight from registers: no
-//                          shared staging, no extra warp. In deterministic mode a per-(b, h, Q tile) semaphore
-//                          orders the CTAs' additions by n_block (each warpgroup adds 1 when its piece is in).
+//                          computes a 64 x 64 piece (bwd_sm90_config.h), stores it to shared (fp32, padded rows)
+//                          and warp 0 of the warpgroup adds it into the fp32 (b, h, sq, d) accumulator with one bulk
+//                          reduce-add per row (cp.reduce.async.bulk .add.f32, 256 bytes); the other warps go on.
+//                          In deterministic mode a per-(b, h, Q tile) semaphore orders the CTAs' additions by
+//                          n_block (each warpgroup adds 1 when its piece is in). Non-deterministic CTAs start their
+//                          Q loop at different tiles (QRange) so that they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
 //   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
 //
@@ -33,7 +35,9 @@
 //   dS^T    registers (A of dK); dS written once to shared (16 KB) and read by both warpgroups' dQ (32 KB)
 //   K       B of dQ, each warpgroup its 64 columns: 32 KB
 //   LSE, D  shared, 2 * kBlockM floats (broadcast reads)
-// Total ~270 KB for 5 * 2 * 128 * 64 * 128 = 10.5 MFLOP: ~39 FLOP per shared byte (the mma.sync kernel: 14.5).
+//   dQ      fp32 pieces written to shared and read by the bulk engine: 2 * 32 KB
+// Total ~270 KB of wgmma operand traffic (+ 64 KB dQ staging) for 5 * 2 * 128 * 64 * 128 = 10.5 MFLOP: ~39 FLOP per
+// operand byte, ~31 with the staging (the mma.sync kernel: 14.5).
 #pragma once
 
 #include <cuda.h>
@@ -66,6 +70,25 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
                : "memory");
 }
 
+// Bulk (non-tensor) async copies of the dQ reduce-add. One wrapper per PTX instruction; they belong in
+// hw/sm90/tma.cuh next to the tensor copies (owned elsewhere, hence here for now).
+namespace bulk {
+// global[dst .. dst + bytes) += shared[src .. src + bytes) (fp32), issued by the calling thread into its bulk group;
+// both addresses 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void reduce_add_f32_elected(float* g_dst, const float* s_src, uint32_t bytes) {
+  cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, g_dst, s_src,
+                                  bytes);
+}
+// Closes the calling thread's bulk group of the operations issued since the last commit.
+__device__ __forceinline__ void commit() { cuda::ptx::cp_async_bulk_commit_group(); }
+// Waits until this thread's bulk operations have finished reading shared memory (the source may be overwritten).
+__device__ __forceinline__ void wait_read_all() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
+// Waits until this thread's bulk operations are complete (their global writes performed).
+__device__ __forceinline__ void wait_all() { cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{}); }
+// Orders this thread's generic-proxy accesses of global memory with its async-proxy (bulk copy) accesses.
+__device__ __forceinline__ void fence_proxy_async_global() { cuda::ptx::fence_proxy_async(cuda::ptx::space_global); }
+}  // namespace bulk
+
 template <class Element, int kHeadDim, bool kMasked>
 struct BwdWgmmaKernel {
   using Tile = WgmmaTile<kHeadDim>;
@@ -78,12 +101,17 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kPingPongTurnWg0);
 
+  // Staged dQ rows are 64 floats + 8 of padding (288 bytes, a multiple of the bulk copy's 16): a half-warp's float2
+  // fragment stores (rows g .. g + 3, columns 2t, 2t + 1) then fall on 32 distinct banks.
+  static constexpr int kDqPitch = 64 + 8;
+
   struct SharedStorage {
     alignas(1024) Element k[kChunks][kBlockN][64];             // 128B swizzle; A of S^T (K-major), B of dQ (MN-major)
     alignas(1024) Element v[kChunks][kBlockN][64];             // 128B swizzle; A of dP^T (K-major)
     alignas(1024) Element q[kStages][kChunks][kBlockM][64];    // 128B swizzle; B of S^T (K-major), B of dK (MN-major)
     alignas(1024) Element dout[kStages][kChunks][kBlockM][64]; // 128B swizzle; B of dP^T (K-major), B of dV (MN-major)
     alignas(1024) Element ds[2][kConsumers][kBlockM][64];      // dS rows (queries), chunk w = keys 64w..; A of dQ
+    alignas(16) float dq[kConsumers][64][kDqPitch];            // each warpgroup's 64 x 64 dQ piece (fp32), padded rows
     float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
     float dsum[kStages][kBlockM];  // D = rowsum(dO * O), 0 past the sequence
     uint64_t kv_full;
@@ -93,9 +121,24 @@ struct BwdWgmmaKernel {
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
 
-  // The Q tiles that can see this CTA's keys: [m_lo, m_lo + m_count).
+  // The Q tiles that can see this CTA's keys: [m_lo, m_lo + m_count), visited (per query head) starting at
+  // m_lo + m_first and wrapping around to m_lo.
+  //
+  // Why rotate: dQ rows receive one float2 atomic per (key tile, element), and the CTAs of one head run at the
+  // same pace. Unrotated, every CTA of a non-causal head starts at Q tile 0 and then moves in lockstep, so all of
+  // them add into the same 64 dQ rows at the same moment and the L2 serializes the atomics on those addresses.
+  // Starting each CTA at the Q tile "aligned" with its key tile, n_block * m_blocks / n_blocks (spread evenly over
+  // the Q tiles), keeps concurrent CTAs on different rows. For causal and other banded masks that start tile is
+  // usually m_lo already (ranges are staggered by the mask), so the order there is unchanged.
+  // Deterministic mode does not rotate: its semaphores add in increasing n_block order (a CTA waits only on CTAs
+  // of lower block index, which are already resident), and an unrotated loop meets them in that order.
   struct QRange {
-    int m_lo, m_count;
+    int m_lo, m_count, m_first;
+    // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
+    __device__ __forceinline__ int m_block(int i) const {
+      const int k = m_first + i;
+      return m_lo + (k >= m_count ? k - m_count : k);
+    }
   };
   static __device__ __forceinline__ QRange q_range(const BwdParams& p, int n_block) {
     const int n0 = n_block * kBlockN;
@@ -106,7 +149,13 @@ struct BwdWgmmaKernel {
     int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
     while (m_lo <= m_hi && !tile_visible<Tile>(p, m_lo, n_block)) ++m_lo;  // clipped last tile
     while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
-    return {m_lo, max(m_hi - m_lo + 1, 0)};
+    const int m_count = max(m_hi - m_lo + 1, 0);
+    int m_first = 0;
+    if (!p.deterministic && m_count > 1) {
+      const int target = static_cast<int>(static_cast<long long>(n_block) * p.m_blocks / p.n_blocks) - m_lo;
+      if (target > 0 && target < m_count) m_first = target;
+    }
+    return {m_lo, m_count, m_first};
   }
 
   static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
@@ -151,7 +200,7 @@ struct BwdWgmmaKernel {
     PipelineState<kStages> st;
     for (int it = 0; it < iterations; ++it) {
       const int h = hkv * p.group + it / range.m_count;
-      const int m0 = (range.m_lo + it % range.m_count) * kBlockM;
+      const int m0 = range.m_block(it % range.m_count) * kBlockM;
       mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
       if (lane == 0) {
         mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
@@ -171,6 +220,45 @@ struct BwdWgmmaKernel {
       }
       mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
       st.advance();
+    }
+  }
+
+  // P^T = exp2(S^T * scale * log2e - LSE * log2e) (masked) into acc_s, dS^T = P^T (dP^T - D) [* (1 - tanh^2)] into
+  // acc_dp, in place. Element i of the accumulators is key row key_row + 8 ((i / 2) % 2), query 8 (i / 4) + 2 t
+  // + (i % 2) of the tile starting at m0.
+  template <bool kSoftcap>
+  static __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const SharedStorage& s, int stage,
+                                                           float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
+                                                           bool need_mask, int key_row, int m0, int t) {
+#pragma unroll
+    for (int jn = 0; jn < kBlockM / 8; ++jn) {
+      const int col = 8 * jn + 2 * t;  // query within the tile of elements 4 jn + 0 / 2; +1 for + 1 / 3
+      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][col]);
+      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][col]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * jn + e;
+        const float x = acc_s[i];
+        float score_log2, dscore = 1.0f;
+        if constexpr (kSoftcap) {
+          const float th = tanh_accurate(x * p.softcap_pre_scale);
+          score_log2 = p.softcap_log2 * th;
+          dscore = 1.0f - th * th;
+        } else {
+          score_log2 = x * p.scale_log2;
+        }
+        float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
+        if (need_mask) {
+          const int j = key_row + 8 * (e >> 1);
+          const int q = m0 + col + (e & 1);
+          bool visible = j < p.seqlen_k;
+          if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
+          if (!visible) prob = 0.0f;
+        }
+        acc_s[i] = prob;
+        const float ds = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x));
+        acc_dp[i] = kSoftcap ? ds * dscore : ds;
+      }
     }
   }
 
@@ -204,7 +292,7 @@ struct BwdWgmmaKernel {
     PipelineState<kStages> st;
     for (int it = 0; it < iterations; ++it) {
       const int h = hkv * p.group + it / range.m_count;
-      const int m_block = range.m_lo + it % range.m_count;
+      const int m_block = range.m_block(it % range.m_count);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
@@ -236,34 +324,12 @@ struct BwdWgmmaKernel {
         const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
         need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
       }
-#pragma unroll
-      for (int jn = 0; jn < kBlockM / 8; ++jn) {
-        const int col = 8 * jn + 2 * t;  // query within the tile of elements 4 jn + 0 / 2; +1 for + 1 / 3
-        const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][col]);
-        const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][col]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 4 * jn + e;
-          const float x = acc_s[i];
-          float score_log2, dscore = 1.0f;
-          if (softcap) {
-            const float th = tanh_accurate(x * p.softcap_pre_scale);
-            score_log2 = p.softcap_log2 * th;
-            dscore = 1.0f - th * th;
-          } else {
-            score_log2 = x * p.scale_log2;
-          }
-          float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
-          if (need_mask) {
-            const int j = key_row + 8 * (e >> 1);
-            const int q = m0 + col + (e & 1);
-            bool visible = j < p.seqlen_k;
-            if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
-            if (!visible) prob = 0.0f;
-          }
-          acc_s[i] = prob;
-          acc_dp[i] = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x)) * dscore;
-        }
+      // Two copies of the element-wise pass: the softcap one needs more registers (tanh, its derivative), and a
+      // runtime branch per element made ptxas keep both paths' values live.
+      if (softcap) {
+        probs_and_dscores<true>(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
+      } else {
+        probs_and_dscores<false>(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
       }
       // Accumulators -> A fragments (k = queries): k-step j takes elements 8j .. 8j + 7 in order.
       uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
@@ -295,6 +361,9 @@ struct BwdWgmmaKernel {
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
       fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
+      // The previous tile's reduce-add of s.dq[wg] (issued by warp 0, long done by now) has read its source: the
+      // barrier below orders this tile's writes of s.dq[wg] after that.
+      if (warp == 0) bulk::wait_read_all();
       named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
 
       // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major ----
@@ -321,7 +390,16 @@ struct BwdWgmmaKernel {
       wgmma::wait_group<0>();
       wgmma::fence_operand(acc_dq);
 
-      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece ----
+      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece: registers -> s.dq[wg] -> one bulk reduce-add per row ----
+      // Row r of the piece is 64 contiguous floats of the accumulator (row m0 + dq_row0 + r, columns dq_col0 ..),
+      // 256 bytes. Warp 0 issues the 64 rows (2 per lane); the other warps go on to the next tile at once.
+      float* s_dq = &s.dq[wg][0][0];
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;
+        *reinterpret_cast<float2*>(s_dq + r * kDqPitch + c) = make_float2(acc_dq[i], acc_dq[i + 1]);
+      }
+      fence_async_shared();  // generic-proxy stores -> bulk copy (async proxy) reads
       int* semaphore = nullptr;
       if (p.deterministic) {
         // Warpgroups add into this (b, h, Q tile) in increasing n_block order; each visible (tile, n_block)
@@ -332,26 +410,32 @@ struct BwdWgmmaKernel {
           for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
           while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
         }
-        named_barrier_sync(kBarWg0 + wg, 128);
       }
-      float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + dq_col0 + 2 * t;
-      const int q_row = m0 + dq_row0 + warp * 16 + g;
+      named_barrier_sync(kBarWg0 + wg, 128);  // the piece is in shared memory (and, deterministic, it is our turn)
+      if (warp == 0) {
+        if (p.deterministic) bulk::fence_proxy_async_global();  // the acquired additions -> our bulk additions
+        float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + dq_col0;
+        const int row0 = m0 + dq_row0;
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int row = q_row + 8 * ((i / 2) % 2);
-        if (row < p.seqlen_q)
-          atomicAdd(reinterpret_cast<float2*>(g_dq + static_cast<int64_t>(row) * kHeadDim + 8 * (i / 4)),
-                    make_float2(acc_dq[i], acc_dq[i + 1]));
-      }
-      if (p.deterministic) {
-        named_barrier_sync(kBarWg0 + wg, 128);  // every warp's additions precede the release
-        if (tid == 0) {
-          __threadfence();
-          red_release_gpu_add(semaphore, 1);
+        for (int r = lane; r < 64; r += 32)
+          if (row0 + r < p.seqlen_q)
+            bulk::reduce_add_f32_elected(g_dq + static_cast<int64_t>(row0 + r) * kHeadDim, s_dq + r * kDqPitch,
+                                         64 * sizeof(float));
+        bulk::commit();
+        if (p.deterministic) {
+          bulk::wait_all();                    // this lane's additions are performed
+          bulk::fence_proxy_async_global();    // ... and ordered before the generic-proxy release below
+          __syncwarp();
+          if (lane == 0) {
+            __threadfence();
+            red_release_gpu_add(semaphore, 1);
+          }
         }
       }
       st.advance();
     }
+
+    if (warp == 0) bulk::wait_all();  // the last reduce-add has read s.dq[wg] before the CTA exits
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
     Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
