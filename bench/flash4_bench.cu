@@ -109,24 +109,29 @@ class Inputs {
   std::vector<float*> lse_;
 };
 
-// Median time (ms) of `iters` calls of run(set), after warm-up.
+// Median per-call GPU time (ms) of `iters` calls of run(set), after warm-up. Calls are issued back to back (the
+// CPU runs ahead, as in a training loop), each between its own pair of events; one synchronization at the end.
 template <class Run>
 double median_ms_of(int sets, int iters, Run run) {
   for (int i = 0; i < 3; ++i) run(i % sets);
   CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms(iters);
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  std::vector<cudaEvent_t> start(iters), stop(iters);
   for (int i = 0; i < iters; ++i) {
-    CHECK(cudaEventRecord(start));
-    run(i % sets);
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+    CHECK(cudaEventCreate(&start[i]));
+    CHECK(cudaEventCreate(&stop[i]));
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (int i = 0; i < iters; ++i) {
+    CHECK(cudaEventRecord(start[i]));
+    run(i % sets);
+    CHECK(cudaEventRecord(stop[i]));
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) {
+    CHECK(cudaEventElapsedTime(&ms[i], start[i], stop[i]));
+    cudaEventDestroy(start[i]);
+    cudaEventDestroy(stop[i]);
+  }
   std::sort(ms.begin(), ms.end());
   return ms[iters / 2];
 }

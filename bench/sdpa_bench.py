@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Times PyTorch SDPA backends (cuDNN, FA2 = PyTorch's flash backend) on the benchmark shapes of facts.md, and
 flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
-bf16, total tokens 16k, heads*d = 2048, CUDA events, warm-up, median of N runs, input sets rotated past L2.
+bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
+the end), warm-up, median of N runs, input sets rotated past L2.
 Prints one JSON object per line; --backward times forward+backward minus forward."""
 import argparse
 import json
@@ -13,18 +14,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def median_ms(fn, iters, sets):
+    """Median per-call GPU time: calls are issued back to back (the CPU runs ahead, as in a training loop), each
+    bracketed by its own pair of events, with one synchronization at the end."""
     for i in range(3):
         fn(i % sets)
     torch.cuda.synchronize()
-    times = []
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        starts[i].record()
         fn(i % sets)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
+        stops[i].record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in zip(starts, stops))
     return times[len(times) // 2]
 
 

@@ -7,6 +7,7 @@
 #   bench-bwd - the same for the backward (flash4 and its deterministic mode)
 #   profile - Nsight Compute sections + SASS instruction mix of one forward launch
 #   cli    - `flash4 run --check` on the GPU (forward and backward), as a user would
+#   install-python - only the offline pip install of the Python package (for bench-py)
 #   python - the Python package: offline pip install, pytest on the GPU, 200-step training flash4 vs SDPA
 #            (scripts/device-python.sh)
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
@@ -64,6 +65,11 @@ for stage in $STAGES; do
         summary+=("cli $extra: rc=$? $(grep -E 'PASS|FAIL' "$OUT/cli.log" | tail -1)")
       done
       ;;
+    install-python)
+      FLASH4_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
+        --force-reinstall -q . >"$OUT/pip.log" 2>&1
+      summary+=("pip install: rc=$?")
+      ;;
     python)
       OUT="$OUT/python" bash scripts/device-python.sh >"$OUT/python.log" 2>&1
       summary+=("python: rc=$?")
@@ -76,8 +82,12 @@ for stage in $STAGES; do
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn,fa2 --dims 256 >>"$OUT/bwd.jsonl" 2>>"$OUT/bwd.err"
       summary+=("backward bench (one process): rc=$?")
       "$BUILD_DIR/bench/flash4_bench" --backward 2>/dev/null | grep flash4_deterministic >>"$OUT/bwd.jsonl"
-      "$BUILD_DIR/bench/flash4_bench" --ablation --rounds 3 --iters 20 >"$OUT/ablation.jsonl" 2>"$OUT/ablation.err"
-      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn --seqlens 8192 >>"$OUT/ablation.jsonl" 2>/dev/null
+      if [[ -z "${SKIP_ABLATION:-}" ]]; then
+        "$BUILD_DIR/bench/flash4_bench" --ablation --rounds 3 --iters 20 >"$OUT/ablation.jsonl" 2>"$OUT/ablation.err"
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn --seqlens 8192 >>"$OUT/ablation.jsonl" 2>/dev/null
+      else
+        : >"$OUT/ablation.jsonl"
+      fi
       python3 bench/report.py collect --out "$OUT/results.json" --gpu "$(head -1 "$OUT/gpu.txt")" \
         --commit "${COMMIT:-unknown}" --forward "$OUT/fwd.jsonl" --backward "$OUT/bwd.jsonl" --ablation "$OUT/ablation.jsonl"
       echo "-- forward"; python3 bench/compare.py "$OUT/fwd.jsonl"
