@@ -22,12 +22,12 @@ struct FwdTileConfig {
   bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
 };
 
-// Pipeline choices are measured on the H200 (bench/flash4_bench --ablation --rounds 3 at seqlen 8k; tables in
-// docs/performance.md). Intra-warpgroup overlap wins everywhere (+10-27 %). Ping-pong pays only where the
-// exp is the bottleneck (d = 64 causal: +8 %); elsewhere the two consumer warpgroups interleave well without
-// it and the turn-taking costs 0-7 %. The FMA-pipe polynomial likewise pays only at d = 64 causal (+5 % with
-// 2 of 8 exps); at d = 128 even 1 of 8 costs 3 %: there the softmax is issue-bound (the polynomial is ~9
-// instructions where MUFU is 1), not MUFU-bound.
+// Pipeline choices are measured on the H200 (bench/flash4_bench --ablation --rounds 3 at seqlen 8k; table in
+// docs/performance.md). Intra-warpgroup overlap wins everywhere (+3-19 %). Ping-pong pays only at d = 64 causal
+// (+11 %); elsewhere the two consumer warpgroups interleave well without it and the turn-taking costs 3-13 %.
+// The FMA-pipe polynomial pays at most at d = 64 causal (+5 % for 1-2 of 8 exps, near the run-to-run noise);
+// elsewhere even 1 of 8 costs 2-15 %: the softmax is issue-latency bound (the polynomial is ~9 instructions where
+// MUFU is 1), not MUFU-throughput bound.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   if (head_dim <= 64) return masked ? FwdTileConfig{128, 128, 3, 2, true, true} : FwdTileConfig{128, 128, 3, 0, true, false};
   if (head_dim <= 128) return {128, 128, 2, 0, true, false};
