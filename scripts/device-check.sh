@@ -78,10 +78,13 @@ for stage in $STAGES; do
     bench-py)
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls flash4,cudnn,fa2 >"$OUT/fwd.jsonl" 2>"$OUT/fwd.err"
       summary+=("forward bench (one process): rc=$?")
-      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls flash4,cudnn,fa2 --dims 64,128 >"$OUT/bwd.jsonl" 2>"$OUT/bwd.err"
-      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn,fa2 --dims 256 >>"$OUT/bwd.jsonl" 2>>"$OUT/bwd.err"
-      summary+=("backward bench (one process): rc=$?")
-      "$BUILD_DIR/bench/flash4_bench" --backward 2>/dev/null | grep flash4_deterministic >>"$OUT/bwd.jsonl"
+      : >"$OUT/bwd.jsonl"
+      if [[ -z "${SKIP_BACKWARD:-}" ]]; then
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls flash4,cudnn,fa2 --dims 64,128 >"$OUT/bwd.jsonl" 2>"$OUT/bwd.err"
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn,fa2 --dims 256 >>"$OUT/bwd.jsonl" 2>>"$OUT/bwd.err"
+        summary+=("backward bench (one process): rc=$?")
+        "$BUILD_DIR/bench/flash4_bench" --backward 2>/dev/null | grep flash4_deterministic >>"$OUT/bwd.jsonl"
+      fi
       if [[ -z "${SKIP_ABLATION:-}" ]]; then
         "$BUILD_DIR/bench/flash4_bench" --ablation --rounds 3 --iters 20 >"$OUT/ablation.jsonl" 2>"$OUT/ablation.err"
         PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn --seqlens 8192 >>"$OUT/ablation.jsonl" 2>/dev/null

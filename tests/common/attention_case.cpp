@@ -13,6 +13,20 @@ const char* short_name(DType t) { return t == DType::kFloat32 ? "fp32" : t == DT
 
 }  // namespace
 
+CaseSpec make_spec(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads, int64_t heads_kv,
+                   int64_t head_dim, DType dtype, bool causal) {
+  CaseSpec s;
+  s.batch = batch;
+  s.seqlen_q = seqlen_q;
+  s.seqlen_k = seqlen_k;
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.causal = causal;
+  return s;
+}
+
 std::string CaseSpec::name() const {
   std::ostringstream s;
   s << "b" << batch << "_sq" << seqlen_q << "_sk" << seqlen_k << "_h" << heads << "_hkv" << heads_kv << "_d"

@@ -31,6 +31,10 @@ struct CaseSpec {
   std::string name() const;  // for test names and messages
 };
 
+// A case of these sizes, every other field at its default.
+CaseSpec make_spec(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads, int64_t heads_kv,
+                   int64_t head_dim, DType dtype, bool causal = false);
+
 struct AttentionTensors {
   HostTensor q, k, v, out, lse;       // forward inputs and outputs
   std::optional<HostTensor> dout, dq, dk, dv;  // backward, when requested

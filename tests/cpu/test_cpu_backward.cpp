@@ -14,15 +14,7 @@ namespace {
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
 
 CaseSpec spec(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType t) {
-  CaseSpec s;
-  s.batch = b;
-  s.seqlen_q = sq;
-  s.seqlen_k = sk;
-  s.heads = h;
-  s.heads_kv = hkv;
-  s.head_dim = d;
-  s.dtype = t;
-  return s;
+  return make_spec(b, sq, sk, h, hkv, d, t);
 }
 
 CaseSpec with(CaseSpec s, auto&& change) {

@@ -18,19 +18,6 @@
 namespace flash4::test {
 namespace {
 
-CaseSpec make_case(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType dtype, bool causal) {
-  CaseSpec s;
-  s.batch = b;
-  s.seqlen_q = sq;
-  s.seqlen_k = sk;
-  s.heads = h;
-  s.heads_kv = hkv;
-  s.head_dim = d;
-  s.dtype = dtype;
-  s.causal = causal;
-  return s;
-}
-
 // Fills out and lse of `t` with the fp64 reference forward (out rounded to the dtype, LSE to fp32).
 void reference_out_lse(const CaseSpec& spec, AttentionTensors& t) {
   const detail::Problem p = make_problem(t.forward_args(spec));
@@ -103,7 +90,7 @@ class BackwardShapes : public ::testing::TestWithParam<std::tuple<bool, DType>> 
 TEST_P(BackwardShapes, MatchesReference) {
   FLASH4_REQUIRE_GPU();
   const auto [causal, dtype] = GetParam();
-  for (const Shape& s : kSmallShapes) run_and_check_backward(make_case(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+  for (const Shape& s : kSmallShapes) run_and_check_backward(make_spec(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BackwardShapes,
@@ -131,7 +118,7 @@ class BackwardWgmmaShapes : public ::testing::TestWithParam<std::tuple<bool, DTy
 TEST_P(BackwardWgmmaShapes, MatchesReference) {
   FLASH4_REQUIRE_GPU();
   const auto [causal, dtype] = GetParam();
-  for (const Shape& s : kWgmmaShapes) run_and_check_backward(make_case(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+  for (const Shape& s : kWgmmaShapes) run_and_check_backward(make_spec(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
@@ -145,21 +132,21 @@ INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
 // fp64 reference's CPU time.
 TEST(Backward, LongRaggedMqa) {
   FLASH4_REQUIRE_GPU();
-  run_and_check_backward(make_case(2, 1000, 1013, 4, 1, 128, DType::kBFloat16, false));
-  run_and_check_backward(make_case(2, 1000, 1013, 4, 1, 128, DType::kFloat16, true));
+  run_and_check_backward(make_spec(2, 1000, 1013, 4, 1, 128, DType::kBFloat16, false));
+  run_and_check_backward(make_spec(2, 1000, 1013, 4, 1, 128, DType::kFloat16, true));
 }
 
 TEST(Backward, SlidingWindow) {
   FLASH4_REQUIRE_GPU();
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    CaseSpec s = make_case(2, 257, 129, 8, 2, 64, dtype, false);
+    CaseSpec s = make_spec(2, 257, 129, 8, 2, 64, dtype, false);
     s.window_left = 32;
     s.window_right = 0;
     run_and_check_backward(s);
-    s = make_case(1, 300, 300, 4, 2, 128, dtype, true);
+    s = make_spec(1, 300, 300, 4, 2, 128, dtype, true);
     s.window_left = 32;
     run_and_check_backward(s);
-    s = make_case(1, 200, 333, 2, 2, 64, dtype, false);  // two-sided window, ragged
+    s = make_spec(1, 200, 333, 2, 2, 64, dtype, false);  // two-sided window, ragged
     s.window_left = 70;
     s.window_right = 5;
     run_and_check_backward(s);
@@ -169,11 +156,11 @@ TEST(Backward, SlidingWindow) {
 TEST(Backward, Softcap) {
   FLASH4_REQUIRE_GPU();
   for (bool causal : {false, true}) {
-    CaseSpec s = make_case(2, 257, 129, 8, 2, 64, causal ? DType::kFloat16 : DType::kBFloat16, causal);
+    CaseSpec s = make_spec(2, 257, 129, 8, 2, 64, causal ? DType::kFloat16 : DType::kBFloat16, causal);
     s.softcap = 30.0f;
     s.input_stddev = 3.0;  // scores large enough that the cap bends them
     run_and_check_backward(s);
-    s = make_case(1, 190, 190, 2, 1, 128, DType::kBFloat16, causal);
+    s = make_spec(1, 190, 190, 2, 1, 128, DType::kBFloat16, causal);
     s.softcap = 30.0f;
     s.input_stddev = 3.0;
     run_and_check_backward(s);
@@ -182,11 +169,11 @@ TEST(Backward, Softcap) {
 
 TEST(Backward, StridedLayoutAndScale) {
   FLASH4_REQUIRE_GPU();
-  CaseSpec s = make_case(2, 150, 211, 4, 2, 128, DType::kBFloat16, true);
+  CaseSpec s = make_spec(2, 150, 211, 4, 2, 128, DType::kBFloat16, true);
   s.layout = Layout::kStrided;
   s.softmax_scale = 0.05f;
   run_and_check_backward(s);
-  s = make_case(2, 257, 129, 8, 2, 64, DType::kFloat16, false);
+  s = make_spec(2, 257, 129, 8, 2, 64, DType::kFloat16, false);
   s.layout = Layout::kStrided;
   run_and_check_backward(s);
 }
@@ -200,7 +187,7 @@ TEST(Backward, DeterministicIsBitIdentical) {
     const Shape& shape = shapes[c / 2];
     const bool causal = c % 2 == 1;
     const CaseSpec spec =
-        make_case(shape.b, shape.sq, shape.sk, shape.h, shape.hkv, shape.d, DType::kBFloat16, causal);
+        make_spec(shape.b, shape.sq, shape.sk, shape.h, shape.hkv, shape.d, DType::kBFloat16, causal);
     SCOPED_TRACE(spec.name());
     FLASH4_TEST_RNG(rng);
     AttentionTensors t = make_tensors(spec, rng, /*backward=*/true);

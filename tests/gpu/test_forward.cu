@@ -34,15 +34,7 @@ void run_and_check_forward(const CaseSpec& spec) {
 }
 
 CaseSpec make_case(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType dtype, bool causal) {
-  CaseSpec s;
-  s.batch = b;
-  s.seqlen_q = sq;
-  s.seqlen_k = sk;
-  s.heads = h;
-  s.heads_kv = hkv;
-  s.head_dim = d;
-  s.dtype = dtype;
-  s.causal = causal;
+  CaseSpec s = make_spec(b, sq, sk, h, hkv, d, dtype, causal);
   s.checked_rows = sq > 512 ? 96 : 0;  // the fp64 reference is the slow part: sample rows of long sequences
   // The GPU's default (kAuto) computes part of the exps with the FMA polynomial; saying so lets check_forward
   // allow the polynomial's 1e-4 relative error in the LSE.

@@ -20,6 +20,7 @@ struct FwdTileConfig {
   int poly_exp2_per_8;    // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
   bool intra_wg_overlap;  // issue S(j+1) with P(j) V(j); softmax of j+1 overlaps P(j) V(j)
   bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
+  bool persistent;        // one CTA per SM claiming tiles (else one CTA per tile)
 };
 
 // Pipeline choices are measured on the H200 (bench/flash4_bench --ablation --rounds 3 at seqlen 8k; table in
@@ -27,11 +28,14 @@ struct FwdTileConfig {
 // (+11 %); elsewhere the two consumer warpgroups interleave well without it and the turn-taking costs 3-13 %.
 // The FMA-pipe polynomial pays at most at d = 64 causal (+5 % for 1-2 of 8 exps, near the run-to-run noise);
 // elsewhere even 1 of 8 costs 2-15 %: the softmax is issue-latency bound (the polynomial is ~9 instructions where
-// MUFU is 1), not MUFU-throughput bound.
+// MUFU is 1), not MUFU-throughput bound. Persistent CTAs win 3-10 % without a mask (no per-CTA prologue, the
+// epilogue overlaps the next tile's loads) but lose 0-5 % with one (two runs): there the hardware block
+// scheduler balances the short diagonal tiles better than our longest-first claiming.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
-  if (head_dim <= 64) return masked ? FwdTileConfig{128, 128, 3, 2, true, true} : FwdTileConfig{128, 128, 3, 0, true, false};
-  if (head_dim <= 128) return {128, 128, 2, 0, true, false};
-  return {128, 64, 2, 0, true, false};
+  const bool persistent = !masked;
+  if (head_dim <= 64) return masked ? FwdTileConfig{128, 128, 3, 2, true, true, persistent} : FwdTileConfig{128, 128, 3, 0, true, false, persistent};
+  if (head_dim <= 128) return {128, 128, 2, 0, true, false, persistent};
+  return {128, 64, 2, 0, true, false, persistent};
 }
 
 constexpr int kFwdConsumerWarpgroups = 2;

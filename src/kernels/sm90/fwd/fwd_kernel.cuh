@@ -1,6 +1,7 @@
 // The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax.
 //
-// Roles (persistent CTAs, one per SM; each computes a sequence of tiles of block_m query rows of one
+// Roles (persistent CTAs, one per SM, where the tile table says so; each computes a sequence of tiles of block_m
+// query rows of one
 // (batch, head), handed out dynamically in the order of fwd_tile_scheduler.cuh):
 //   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
 //                             done: q_empty), then K and V tiles into a ring of `stages` shared-memory slots
@@ -51,10 +52,10 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
 // (the library compiles the defaults only). -1 / 0 = take the table's value.
-template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, bool kPersistent = true>
+template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, int kPersistent = -1>
 struct FwdVariant {
   static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
-  static constexpr bool persistent = kPersistent;  // false: one CTA per tile (the grid covers all tiles)
+  static constexpr int persistent = kPersistent;  // 0: one CTA per tile (the grid covers all tiles)
 };
 
 template <class Element, int kHeadDim, bool kMasked, class Variant = FwdVariant<>>
@@ -66,6 +67,7 @@ struct FwdKernel {
   static constexpr bool kPingPong = Variant::pingpong >= 0 ? Variant::pingpong != 0 : kCfg.pingpong;
   static constexpr int kStages = Variant::stages > 0 ? Variant::stages : kCfg.stages;
   static constexpr int kPolyPer8 = Variant::poly_per_8 >= 0 ? Variant::poly_per_8 : kCfg.poly_exp2_per_8;
+  static constexpr bool kPersistent = Variant::persistent >= 0 ? Variant::persistent != 0 : kCfg.persistent;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
   static constexpr int kWgRows = 64;
   static constexpr int kConsumers = kFwdConsumerWarpgroups;

@@ -29,7 +29,8 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
     FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     if (device < 64) attribute_set[device].store(true, std::memory_order_relaxed);
   }
-  // Persistent: at most one CTA per SM (one fits), each walking its share of the tiles.
+  // Persistent: at most one CTA per SM (one fits), each claiming tiles until none are left. Otherwise one CTA per
+  // tile, and the hardware's block scheduler balances them.
   static std::atomic<int> sm_count[64] = {};
   int sms = device < 64 ? sm_count[device].load(std::memory_order_relaxed) : 0;
   if (sms == 0) {
@@ -37,7 +38,7 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
     if (device < 64) sm_count[device].store(sms, std::memory_order_relaxed);
   }
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, Variant::persistent ? sms : tiles));
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, Kernel::kPersistent ? sms : tiles));
   // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
   FwdParams launch_params = params;
   FLASH4_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&launch_params.tile_counter), sizeof(int), stream));
