@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/backends.h"
+#include "cpu/multiversion.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_transform.h"
 #include "cpu/tile_config.h"
@@ -99,7 +100,7 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int6
 }
 
 // Pass 1: dK and dV of K/V rows [k0, k0 + n) of kv head (b, hk).
-void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t hk, int64_t k0,
+FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t hk, int64_t k0,
                BackwardTiles& t) {
   const int64_t d = p.head_dim, n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
   float* dk = t.acc_a.data();
@@ -126,7 +127,7 @@ void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, i
 }
 
 // Pass 2: dQ of Q rows [q0, q0 + kBlockM) of head (b, h).
-void dq_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t h, int64_t q0,
+FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t h, int64_t q0,
              BackwardTiles& t) {
   const int64_t d = p.head_dim, hk = h / p.group(), rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
   float* dq = t.acc_a.data();
