@@ -14,6 +14,7 @@ enum class NamedBarrier : uint32_t {
   kPingPongTurnWg0 = 4,   // "consumer warpgroup i may issue its matmuls now", + warpgroup index
   kPingPongTurnWg1 = 5,
   kPingPongTurnWg2 = 6,
+  kBwdDsReady = 7,        // backward: both consumer warpgroups have written their half of dS to shared memory
   kCount
 };
 static_assert(static_cast<uint32_t>(NamedBarrier::kCount) <= 16, "the hardware has 16 named barriers");

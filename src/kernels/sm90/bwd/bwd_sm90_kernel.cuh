@@ -97,9 +97,8 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   // Named barriers: one per consumer warpgroup (deterministic-mode hand-off) and one for both ("dS written").
-  // This kernel has no ping-pong, so it borrows the ping-pong id of the registry for the latter.
   static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
-  static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kPingPongTurnWg0);
+  static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
 
   // Staged dQ rows are 64 floats + 8 of padding (288 bytes, a multiple of the bulk copy's 16): a half-warp's float2
   // fragment stores (rows g .. g + 3, columns 2t, 2t + 1) then fall on 32 distinct banks.
