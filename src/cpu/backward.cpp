@@ -13,7 +13,7 @@
 
 #include "api/backends.h"
 #include "cpu/multiversion.h"
-#include "cpu/parallel_for.h"
+#include "common/parallel_for.h"
 #include "cpu/score_transform.h"
 #include "cpu/tile_config.h"
 #include "cpu/tile_io.h"

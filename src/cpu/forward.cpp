@@ -8,7 +8,7 @@
 #include "cpu/exp2_row.h"
 #include "cpu/multiversion.h"
 #include "cpu/online_softmax.h"
-#include "cpu/parallel_for.h"
+#include "common/parallel_for.h"
 #include "cpu/score_transform.h"
 #include "cpu/tile_config.h"
 #include "cpu/tile_io.h"

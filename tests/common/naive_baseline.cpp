@@ -8,24 +8,13 @@
 #include <thread>
 
 #include "common/float_convert.h"
+#include "common/parallel_for.h"
 #include "reference/reference.h"
 
 namespace flash4::test {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t i = next++; i < n; i = next++) fn(i);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-}
 
 std::vector<double> rounded(const std::vector<double>& x, DType dtype) {
   std::vector<double> out(x.size());

@@ -1,21 +1,28 @@
-#include "cpu/parallel_for.h"
+// A minimal fork-join loop over independent tasks, for host code (the CPU path, the fp64 reference, test
+// baselines). Host-only.
+#pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-namespace flash4::cpu {
+namespace flash4 {
 
-void parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
+// Runs task(0) ... task(n - 1), each exactly once, on up to std::thread::hardware_concurrency() threads (the
+// caller's thread included), handing out indices dynamically (causal and windowed problems have tasks of very
+// different cost). Tasks must not write to shared memory; the results are then independent of the scheduling,
+// which keeps the CPU path deterministic. The first exception from a task is rethrown on the caller.
+inline void parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
   if (n <= 0) return;
   const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
-  // Dynamic assignment: causal and windowed problems have tiles of very different cost.
   auto worker = [&] {
     try {
       for (int64_t i = next++; i < n; i = next++) task(i);
@@ -33,4 +40,4 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace flash4::cpu
+}  // namespace flash4
