@@ -35,6 +35,13 @@ struct CaseSpec {
 CaseSpec make_spec(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads, int64_t heads_kv,
                    int64_t head_dim, DType dtype, bool causal = false);
 
+// `s` after `change(s)`: with(make_spec(...), [](CaseSpec& s) { s.causal = true; }).
+template <class Change>
+CaseSpec with(CaseSpec s, Change&& change) {
+  change(s);
+  return s;
+}
+
 struct AttentionTensors {
   HostTensor q, k, v, out, lse;       // forward inputs and outputs
   std::optional<HostTensor> dout, dq, dk, dv;  // backward, when requested

@@ -13,31 +13,22 @@ namespace {
 
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
 
-CaseSpec spec(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType t) {
-  return make_spec(b, sq, sk, h, hkv, d, t);
-}
-
-CaseSpec with(CaseSpec s, auto&& change) {
-  change(s);
-  return s;
-}
-
 std::vector<CaseSpec> backward_cases() {
   std::vector<CaseSpec> c;
   for (DType t : {kF32, kF16, kBF16}) {
-    c.push_back(spec(1, 1, 1, 1, 1, 64, t));
-    c.push_back(spec(2, 17, 17, 2, 2, 64, t));
-    c.push_back(with(spec(1, 150, 90, 4, 1, 64, t), [](CaseSpec& s) { s.causal = true; }));   // sq > sk, MQA
-    c.push_back(with(spec(1, 90, 200, 8, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));   // sq < sk, GQA 4:1
-    c.push_back(with(spec(2, 70, 85, 2, 1, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
+    c.push_back(make_spec(1, 1, 1, 1, 1, 64, t));
+    c.push_back(make_spec(2, 17, 17, 2, 2, 64, t));
+    c.push_back(with(make_spec(1, 150, 90, 4, 1, 64, t), [](CaseSpec& s) { s.causal = true; }));   // sq > sk, MQA
+    c.push_back(with(make_spec(1, 90, 200, 8, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));   // sq < sk, GQA 4:1
+    c.push_back(with(make_spec(2, 70, 85, 2, 1, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
   }
-  for (int64_t d : {32, 96, 128, 256}) c.push_back(spec(1, 100, 120, 2, 1, d, kBF16));
-  c.push_back(with(spec(1, 1000, 1000, 1, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true; }));
-  c.push_back(spec(1, 300, 1000, 1, 1, 64, kF32));
-  c.push_back(with(spec(1, 200, 200, 2, 2, 64, kF32), [](CaseSpec& s) { s.window_left = 30, s.window_right = 5; }));
-  c.push_back(with(spec(1, 200, 150, 2, 1, 64, kBF16), [](CaseSpec& s) { s.window_left = 50, s.causal = true; }));
+  for (int64_t d : {32, 96, 128, 256}) c.push_back(make_spec(1, 100, 120, 2, 1, d, kBF16));
+  c.push_back(with(make_spec(1, 1000, 1000, 1, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true; }));
+  c.push_back(make_spec(1, 300, 1000, 1, 1, 64, kF32));
+  c.push_back(with(make_spec(1, 200, 200, 2, 2, 64, kF32), [](CaseSpec& s) { s.window_left = 30, s.window_right = 5; }));
+  c.push_back(with(make_spec(1, 200, 150, 2, 1, 64, kBF16), [](CaseSpec& s) { s.window_left = 50, s.causal = true; }));
   for (DType t : {kF32, kBF16}) {
-    c.push_back(with(spec(1, 130, 140, 2, 1, 64, t), [](CaseSpec& s) { s.softcap = 5.0f, s.input_stddev = 3.0; }));
+    c.push_back(with(make_spec(1, 130, 140, 2, 1, 64, t), [](CaseSpec& s) { s.softcap = 5.0f, s.input_stddev = 3.0; }));
   }
   return c;
 }
@@ -61,7 +52,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuBackward, ::testing::ValuesIn(backward_cases(
 // Fully masked query rows (causal, sq > sk) contribute nothing: their dq is exactly 0, every gradient finite.
 TEST(CpuBackwardMasked, FullyMaskedRowsGiveZeroFiniteGradients) {
   FLASH4_TEST_RNG(rng);
-  const CaseSpec s = with(spec(1, 80, 16, 2, 1, 32, kBF16), [](CaseSpec& c) { c.causal = true; });
+  const CaseSpec s = with(make_spec(1, 80, 16, 2, 1, 32, kBF16), [](CaseSpec& c) { c.causal = true; });
   AttentionTensors t = make_tensors(s, rng, true);
   const ForwardArgs fwd = t.forward_args(s);
   detail::cpu_forward(fwd, make_problem(fwd));
@@ -84,7 +75,7 @@ TEST(CpuBackwardMasked, FullyMaskedRowsGiveZeroFiniteGradients) {
 // The CPU path sums in a fixed order: two runs give bit-identical gradients (what `deterministic` promises).
 TEST(CpuBackwardDeterminism, RepeatedRunsAreBitIdentical) {
   FLASH4_TEST_RNG(rng);
-  CaseSpec s = with(spec(2, 150, 150, 4, 1, 64, kF32), [](CaseSpec& c) { c.causal = true; });
+  CaseSpec s = with(make_spec(2, 150, 150, 4, 1, 64, kF32), [](CaseSpec& c) { c.causal = true; });
   AttentionTensors t = make_tensors(s, rng, true);
   const ForwardArgs fwd = t.forward_args(s);
   detail::cpu_forward(fwd, make_problem(fwd));

@@ -15,53 +15,44 @@ namespace {
 
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
 
-CaseSpec spec(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType t) {
-  return make_spec(b, sq, sk, h, hkv, d, t);
-}
-
-CaseSpec with(CaseSpec s, auto&& change) {
-  change(s);
-  return s;
-}
-
 std::vector<CaseSpec> forward_cases() {
   std::vector<CaseSpec> c;
   for (DType t : {kF32, kF16, kBF16}) {
-    c.push_back(spec(1, 1, 1, 1, 1, 64, t));          // one query, one key
-    c.push_back(spec(2, 17, 17, 3, 3, 64, t));        // tails smaller than a tile
-    c.push_back(spec(1, 200, 130, 4, 1, 64, t));      // sq > sk, MQA
-    c.push_back(with(spec(1, 200, 130, 2, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));  // masked rows
-    c.push_back(with(spec(1, 100, 300, 8, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));  // sq < sk, GQA 4:1
+    c.push_back(make_spec(1, 1, 1, 1, 1, 64, t));          // one query, one key
+    c.push_back(make_spec(2, 17, 17, 3, 3, 64, t));        // tails smaller than a tile
+    c.push_back(make_spec(1, 200, 130, 4, 1, 64, t));      // sq > sk, MQA
+    c.push_back(with(make_spec(1, 200, 130, 2, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));  // masked rows
+    c.push_back(with(make_spec(1, 100, 300, 8, 2, 64, t), [](CaseSpec& s) { s.causal = true; }));  // sq < sk, GQA 4:1
   }
-  for (int64_t d : {32, 64, 96, 128, 256}) c.push_back(spec(1, 130, 150, 2, 1, d, kBF16));
-  c.push_back(spec(1, 1000, 1000, 1, 1, 64, kF32));
-  c.push_back(with(spec(1, 1000, 1000, 2, 1, 128, kBF16), [](CaseSpec& s) { s.causal = true; }));
+  for (int64_t d : {32, 64, 96, 128, 256}) c.push_back(make_spec(1, 130, 150, 2, 1, d, kBF16));
+  c.push_back(make_spec(1, 1000, 1000, 1, 1, 64, kF32));
+  c.push_back(with(make_spec(1, 1000, 1000, 2, 1, 128, kBF16), [](CaseSpec& s) { s.causal = true; }));
   // Windows: both bounds, left only, right only, a single diagonal, and one combined with causal.
-  c.push_back(with(spec(1, 300, 300, 2, 2, 64, kF32), [](CaseSpec& s) { s.window_left = 40, s.window_right = 7; }));
-  c.push_back(with(spec(1, 300, 200, 2, 2, 64, kF16), [](CaseSpec& s) { s.window_left = 100; }));
-  c.push_back(with(spec(1, 150, 300, 2, 2, 64, kBF16), [](CaseSpec& s) { s.window_right = 3; }));
-  c.push_back(with(spec(1, 129, 129, 1, 1, 64, kF32), [](CaseSpec& s) { s.window_left = 0, s.window_right = 0; }));
-  c.push_back(with(spec(1, 256, 256, 2, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true, s.window_left = 70; }));
+  c.push_back(with(make_spec(1, 300, 300, 2, 2, 64, kF32), [](CaseSpec& s) { s.window_left = 40, s.window_right = 7; }));
+  c.push_back(with(make_spec(1, 300, 200, 2, 2, 64, kF16), [](CaseSpec& s) { s.window_left = 100; }));
+  c.push_back(with(make_spec(1, 150, 300, 2, 2, 64, kBF16), [](CaseSpec& s) { s.window_right = 3; }));
+  c.push_back(with(make_spec(1, 129, 129, 1, 1, 64, kF32), [](CaseSpec& s) { s.window_left = 0, s.window_right = 0; }));
+  c.push_back(with(make_spec(1, 256, 256, 2, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true, s.window_left = 70; }));
   // Softcap: large inputs so tanh saturates and the cap matters.
   for (DType t : {kF32, kBF16}) {
-    c.push_back(with(spec(1, 150, 170, 2, 1, 64, t), [](CaseSpec& s) {
+    c.push_back(with(make_spec(1, 150, 170, 2, 1, 64, t), [](CaseSpec& s) {
       s.softcap = 5.0f, s.input_stddev = 3.0, s.causal = true;
     }));
   }
   // Strided (non-contiguous) layouts.
   for (DType t : {kF32, kF16, kBF16}) {
-    c.push_back(with(spec(2, 77, 91, 4, 2, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
+    c.push_back(with(make_spec(2, 77, 91, 4, 2, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
   }
   // Polynomial exp2.
   for (DType t : {kF32, kBF16}) {
-    c.push_back(with(spec(1, 300, 300, 2, 1, 128, t), [](CaseSpec& s) { s.tuning.exp2 = Exp2Mode::kPolynomial; }));
+    c.push_back(with(make_spec(1, 300, 300, 2, 1, 128, t), [](CaseSpec& s) { s.tuning.exp2 = Exp2Mode::kPolynomial; }));
   }
-  c.push_back(with(spec(1, 200, 260, 2, 2, 64, kF16), [](CaseSpec& s) {
+  c.push_back(with(make_spec(1, 200, 260, 2, 2, 64, kF16), [](CaseSpec& s) {
     s.tuning.exp2 = Exp2Mode::kPolynomial, s.causal = true, s.softcap = 10.0f;
   }));
   // seqlen 4096 on sampled rows.
-  c.push_back(with(spec(1, 4096, 4096, 1, 1, 64, kBF16), [](CaseSpec& s) { s.checked_rows = 48; }));
-  c.push_back(with(spec(1, 4096, 4096, 1, 1, 128, kF32), [](CaseSpec& s) {
+  c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 64, kBF16), [](CaseSpec& s) { s.checked_rows = 48; }));
+  c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 128, kF32), [](CaseSpec& s) {
     s.checked_rows = 48, s.causal = true, s.tuning.exp2 = Exp2Mode::kPolynomial;
   }));
   return c;
@@ -85,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuForward, ::testing::ValuesIn(forward_cases())
 // LSE -inf (the tolerance check above also covers them, this states the contract explicitly).
 TEST(CpuForwardMasked, FullyMaskedRowsAreZeroWithMinusInfLse) {
   FLASH4_TEST_RNG(rng);
-  CaseSpec s = spec(1, 90, 20, 2, 1, 32, DType::kBFloat16);
+  CaseSpec s = make_spec(1, 90, 20, 2, 1, 32, DType::kBFloat16);
   s.causal = true;
   AttentionTensors t = make_tensors(s, rng, false);
   const ForwardArgs args = t.forward_args(s);
@@ -111,7 +102,7 @@ TEST(CpuForwardMasked, FullyMaskedRowsAreZeroWithMinusInfLse) {
 // masked without `causal`.
 TEST(CpuForwardMasked, WindowWithNoKeysForSomeRows) {
   FLASH4_TEST_RNG(rng);
-  CaseSpec s = spec(1, 64, 30, 1, 1, 64, DType::kFloat32);
+  CaseSpec s = make_spec(1, 64, 30, 1, 1, 64, DType::kFloat32);
   s.window_left = 3;
   s.window_right = 2;  // diag = i - 34: rows i < 32 see nothing
   AttentionTensors t = make_tensors(s, rng, false);
@@ -124,7 +115,7 @@ TEST(CpuForwardMasked, WindowWithNoKeysForSomeRows) {
 // Without an LSE tensor the output is identical and the LSE buffer is not touched.
 TEST(CpuForwardOptions, LseIsOptional) {
   FLASH4_TEST_RNG(rng);
-  const CaseSpec s = spec(1, 70, 70, 2, 2, 64, DType::kFloat16);
+  const CaseSpec s = make_spec(1, 70, 70, 2, 2, 64, DType::kFloat16);
   AttentionTensors t = make_tensors(s, rng, false);
   ForwardArgs with_lse = t.forward_args(s);
   detail::cpu_forward(with_lse, make_problem(with_lse));
