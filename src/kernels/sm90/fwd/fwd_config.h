@@ -5,7 +5,7 @@
 // rows each (kBlockM = 128) plus one producer warpgroup; setmaxnreg gives the consumers 232-240 registers.
 //  * d = 64:  K/V tiles are small (16 KB each), so 128 keys per tile and a 3-deep ring keep TMA well ahead.
 //             The exp is ~70 % of the matmul time here, so the FMA-pipe polynomial takes a share of the exps.
-//  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 240 registers while the next S is in
+//  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
 //  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
 //             192 KB. The exp is ~17 % of the matmul time: no emulation.
