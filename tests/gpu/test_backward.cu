@@ -85,20 +85,29 @@ const Shape kSmallShapes[] = {
     {1, 65, 200, 2, 1, 128},
 };
 
-class BackwardShapes : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+using MaskDtype = std::tuple<bool, DType>;  // (causal, dtype)
+
+std::string mask_dtype_name(const ::testing::TestParamInfo<MaskDtype>& info) {
+  return std::string(std::get<0>(info.param) ? "causal" : "full") +
+         (std::get<1>(info.param) == DType::kBFloat16 ? "_bf16" : "_fp16");
+}
+
+template <size_t kN>
+void run_shapes(const Shape (&shapes)[kN], MaskDtype mask_dtype) {
+  const auto [causal, dtype] = mask_dtype;
+  for (const Shape& s : shapes) run_and_check_backward(make_spec(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+}
+
+class BackwardShapes : public ::testing::TestWithParam<MaskDtype> {};
 
 TEST_P(BackwardShapes, MatchesReference) {
   FLASH4_REQUIRE_GPU();
-  const auto [causal, dtype] = GetParam();
-  for (const Shape& s : kSmallShapes) run_and_check_backward(make_spec(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+  run_shapes(kSmallShapes, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BackwardShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) ? "causal" : "full") +
-                                  (std::get<1>(info.param) == DType::kBFloat16 ? "_bf16" : "_fp16");
-                         });
+                         mask_dtype_name);
 
 // The wgmma kernel (seqlen_k > 64) on shapes that stress its tiling: 128-key CTAs with a key tail inside the
 // second consumer warpgroup (sk = 100, 190) or exactly one warpgroup (sk = 65), Q tiles of 64 (d = 128) or 128
@@ -113,20 +122,16 @@ const Shape kWgmmaShapes[] = {
     {1, 1000, 777, 2, 1, 128},
 };
 
-class BackwardWgmmaShapes : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+class BackwardWgmmaShapes : public ::testing::TestWithParam<MaskDtype> {};
 
 TEST_P(BackwardWgmmaShapes, MatchesReference) {
   FLASH4_REQUIRE_GPU();
-  const auto [causal, dtype] = GetParam();
-  for (const Shape& s : kWgmmaShapes) run_and_check_backward(make_spec(s.b, s.sq, s.sk, s.h, s.hkv, s.d, dtype, causal));
+  run_shapes(kWgmmaShapes, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) ? "causal" : "full") +
-                                  (std::get<1>(info.param) == DType::kBFloat16 ? "_bf16" : "_fp16");
-                         });
+                         mask_dtype_name);
 
 // The long ragged MQA shape: many K/V tiles contend for the same dQ rows. One dtype per mask to bound the
 // fp64 reference's CPU time.
