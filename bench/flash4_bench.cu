@@ -1,8 +1,9 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
-// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--backward] [--shape D:S:CAUSAL]
+// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
+//   --candidates: at every seqlen, other tile shapes and launch modes for the tile table (compiled here only).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -146,8 +147,9 @@ void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
 template <int kHeadDim, bool kMasked, class Variant>
 void variant_forward(const flash4::ForwardArgs& a) {
   const flash4::detail::Problem p = flash4::detail::validate(a);
-  flash4::sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, Variant>(flash4::detail::make_fwd_params(a, p),
-                                                                                 nullptr);
+  using Kernel = flash4::sm90::FwdKernel<__nv_bfloat16, kHeadDim, kMasked, Variant>;
+  flash4::sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, Variant>(
+      flash4::detail::make_fwd_params(a, p, Kernel::kBlockM, Kernel::kBlockN), nullptr);
 }
 
 template <class Variant>
@@ -193,11 +195,28 @@ std::vector<Variant> ablation_variants(const Shape& sh) {
   return v;
 }
 
+template <int kHeadDim, class V>
+Launcher launcher_for(const Shape& sh) {
+  return sh.causal ? &variant_forward<kHeadDim, true, V> : &variant_forward<kHeadDim, false, V>;
+}
+
+// Tile-table candidates per head dim (--candidates, every seqlen): launch modes and other tile shapes.
+std::vector<Variant> tile_candidates(const Shape& sh) {
+  using flash4::sm90::FwdVariant;
+  std::vector<Variant> v = {{"persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 1>>(sh)},
+                            {"non_persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 0>>(sh)}};
+  if (sh.d == 64) {
+    v.push_back({"m128", {}, launcher_for<64, FwdVariant<1, -1, 0, -1, -1, 128, 128>>(sh)});
+    v.push_back({"poly_1of8", {}, launcher_for<64, FwdVariant<1, 0, 0, 1>>(sh)});
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
-  bool ablation = false, backward = false;
+  bool ablation = false, backward = false, candidates = false;
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -207,6 +226,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablation")) ablation = true;
+    else if (!std::strcmp(argv[i], "--candidates")) candidates = true;
     else if (!std::strcmp(argv[i], "--backward")) backward = true;
   }
   std::vector<Shape> shapes;
@@ -244,6 +264,10 @@ int main(int argc, char** argv) {
     std::vector<Variant> variants = {{"flash4", {}, &library_forward}};
     if (ablation) {
       auto more = ablation_variants(sh);
+      variants.insert(variants.end(), more.begin(), more.end());
+    }
+    if (candidates) {
+      auto more = tile_candidates(sh);
       variants.insert(variants.end(), more.begin(), more.end());
     }
     const Inputs inputs(sh);

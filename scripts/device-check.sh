@@ -10,6 +10,8 @@
 #   install-python - only the offline pip install of the Python package (for bench-py)
 #   python - the Python package: offline pip install, pytest on the GPU, 200-step training flash4 vs SDPA
 #            (scripts/device-python.sh)
+#   candidates - tile-table candidates at every seqlen (flash4_bench --candidates), the previous build's flash4
+#            (devbin/old/flash4_bench_old, if carried) and cuDNN, for choosing the forward tile table
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
@@ -48,6 +50,12 @@ for stage in $STAGES; do
         --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
         "$BUILD_DIR/bench/flash4_bench" --iters 3 --shape "${PROFILE_SHAPE:-128:8192:0}" >"$OUT/ncu.txt" 2>&1
       summary+=("ncu: rc=$?")
+      # Per-instruction stall samples (source page, SASS) of the same launch, for finding the hot stalls.
+      ncu --clock-control none -k regex:fwd_kernel -s 3 -c 1 --section SourceCounters --section WarpStateStats \
+        --import-source no -o "$OUT/source" -f "$BUILD_DIR/bench/flash4_bench" --iters 3 \
+        --shape "${PROFILE_SHAPE:-128:8192:0}" >"$OUT/ncu-source.log" 2>&1 &&
+        ncu -i "$OUT/source.ncu-rep" --page source --csv --print-source sass >"$OUT/source-sass.csv" 2>>"$OUT/ncu-source.log"
+      summary+=("ncu source: rc=$?")
       cuobjdump -sass "$BUILD_DIR/bench/flash4_bench" 2>/dev/null | awk '/Function : .*fwd_kernel.*Li128ELb0E/{p=1} p&&/Function : /&&!/Li128ELb0E/{p=0} p' |
         grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9.]+' | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -40 >"$OUT/sass-mix.txt"
       ;;
@@ -96,6 +104,15 @@ for stage in $STAGES; do
       echo "-- forward"; python3 bench/compare.py "$OUT/fwd.jsonl"
       echo "-- backward"; python3 bench/compare.py "$OUT/bwd.jsonl"
       echo "-- ablation"; python3 bench/compare.py "$OUT/ablation.jsonl"
+      ;;
+    candidates)
+      "$BUILD_DIR/bench/flash4_bench" --candidates ${BENCH_ARGS:-} >"$OUT/candidates.jsonl" 2>"$OUT/candidates.err"
+      summary+=("candidates: rc=$?")
+      if [[ -x devbin/old/flash4_bench_old ]]; then
+        devbin/old/flash4_bench_old ${BENCH_ARGS:-} 2>/dev/null | sed 's/"impl": "flash4"/"impl": "flash4_old"/' >>"$OUT/candidates.jsonl"
+      fi
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn ${SDPA_ARGS:-} >>"$OUT/candidates.jsonl" 2>"$OUT/candidates-sdpa.err"
+      python3 bench/compare.py "$OUT/candidates.jsonl" | tee "$OUT/candidates-table.txt"
       ;;
     bench-bwd)
       "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/bench-bwd-flash4.jsonl" 2>"$OUT/bench-bwd-flash4.err"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,25 @@ INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
                          mask_dtype_name);
 
+// head_dim 256 (always the mma.sync kernel, two CTAs per 64-key tile, one per 128-column half of dK, dV, dQ):
+// one query, one key, tails on both sides of a 64-row tile (129), seqlen_q > seqlen_k and seqlen_q < seqlen_k
+// under causal (bottom-right), GQA 4:1 and 2:1 with batch 2, several K/V tiles adding into the same dQ rows.
+const Shape kHd256Shapes[] = {
+    {1, 1, 17, 2, 2, 256},  {1, 17, 1, 2, 2, 256},  {1, 129, 129, 4, 1, 256},
+    {2, 65, 200, 4, 2, 256}, {1, 300, 77, 2, 2, 256},
+};
+
+class BackwardHd256Shapes : public ::testing::TestWithParam<MaskDtype> {};
+
+TEST_P(BackwardHd256Shapes, MatchesReference) {
+  FLASH4_REQUIRE_GPU();
+  run_shapes(kHd256Shapes, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BackwardHd256Shapes,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
+                         mask_dtype_name);
+
 // The long ragged MQA shape: many K/V tiles contend for the same dQ rows. One dtype per mask to bound the
 // fp64 reference's CPU time.
 TEST(Backward, LongRaggedMqa) {
@@ -155,6 +175,9 @@ TEST(Backward, SlidingWindow) {
     s.window_left = 70;
     s.window_right = 5;
     run_and_check_backward(s);
+    s = make_spec(1, 190, 250, 2, 1, 256, dtype, true);  // d = 256: a 41-key band, few Q tiles per K/V tile
+    s.window_left = 40;
+    run_and_check_backward(s);
   }
 }
 
@@ -166,6 +189,10 @@ TEST(Backward, Softcap) {
     s.input_stddev = 3.0;  // scores large enough that the cap bends them
     run_and_check_backward(s);
     s = make_spec(1, 190, 190, 2, 1, 128, DType::kBFloat16, causal);
+    s.softcap = 30.0f;
+    s.input_stddev = 3.0;
+    run_and_check_backward(s);
+    s = make_spec(1, 100, 130, 2, 2, 256, DType::kFloat16, causal);
     s.softcap = 30.0f;
     s.input_stddev = 3.0;
     run_and_check_backward(s);
@@ -181,14 +208,19 @@ TEST(Backward, StridedLayoutAndScale) {
   s = make_spec(2, 257, 129, 8, 2, 64, DType::kFloat16, false);
   s.layout = Layout::kStrided;
   run_and_check_backward(s);
+  s = make_spec(2, 100, 150, 4, 2, 256, DType::kBFloat16, true);  // column halves at strided row starts
+  s.layout = Layout::kStrided;
+  run_and_check_backward(s);
 }
 
 // deterministic = true: ten runs give bit-identical dq, dk, dv (and pass the tolerance rule).
 TEST(Backward, DeterministicIsBitIdentical) {
   FLASH4_REQUIRE_GPU();
-  // (700, 650, d 64) and (300, 400, d 128) run the wgmma kernel, (150, 60, d 128) the mma.sync kernel.
-  const Shape shapes[] = {{2, 700, 650, 4, 2, 64}, {1, 300, 400, 4, 1, 128}, {1, 150, 60, 2, 2, 128}};
-  for (int c = 0; c < 6; ++c) {
+  // (700, 650, d 64) and (300, 400, d 128) run the wgmma kernel, (150, 60, d 128) the mma.sync kernel, and
+  // (330, 270, d 256) the mma.sync kernel's column halves (5 K/V tiles per dQ row, each half on its own semaphores).
+  const Shape shapes[] = {
+      {2, 700, 650, 4, 2, 64}, {1, 300, 400, 4, 1, 128}, {1, 150, 60, 2, 2, 128}, {2, 330, 270, 4, 2, 256}};
+  for (int c = 0; c < 2 * static_cast<int>(std::size(shapes)); ++c) {
     const Shape& shape = shapes[c / 2];
     const bool causal = c % 2 == 1;
     const CaseSpec spec =
@@ -255,6 +287,7 @@ TEST(Backward, RefusesUnsupportedWithReason) {
   EXPECT_FALSE(d96.ok);
   EXPECT_NE(d96.reason.find("head_dim"), std::string::npos) << d96.reason;
   EXPECT_TRUE(can_implement(args_for(DType::kBFloat16, 128)).ok);
+  EXPECT_TRUE(can_implement(args_for(DType::kFloat16, 256)).ok);
   BackwardArgs misaligned = args_for(DType::kFloat16, 64);
   misaligned.q.data = static_cast<char*>(misaligned.q.data) + 2;
   const Support mis = can_implement(misaligned);

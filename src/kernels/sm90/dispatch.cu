@@ -101,18 +101,21 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
 }
 
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
+  const sm90::FwdTileConfig cfg = sm90::fwd_tile_config(static_cast<int>(p.head_dim), p.has_mask());
+  return make_fwd_params(args, p, cfg.block_m, cfg.block_n);
+}
+
+sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, int block_m, int block_n) {
   using namespace flash4::sm90;
-  const bool masked = p.has_mask();
-  const FwdTileConfig cfg = fwd_tile_config(static_cast<int>(p.head_dim), masked);
 
   FwdParams params{};
   const auto& q = args.q;
   const auto& k = args.k;
   const auto& v = args.v;
   const auto& o = args.out;
-  params.tma_q = make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0], q.stride[1], q.stride[2], cfg.block_m);
-  params.tma_k = make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0], k.stride[1], k.stride[2], cfg.block_n);
-  params.tma_v = make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0], v.stride[1], v.stride[2], cfg.block_n);
+  params.tma_q = make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0], q.stride[1], q.stride[2], block_m);
+  params.tma_k = make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0], k.stride[1], k.stride[2], block_n);
+  params.tma_v = make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0], v.stride[1], v.stride[2], block_n);
   params.out = o.data;
   params.out_stride_b = o.stride[0];
   params.out_stride_s = o.stride[1];
@@ -127,7 +130,7 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
   params.seqlen_k = static_cast<int>(p.seqlen_k);
   params.heads = static_cast<int>(p.heads);
   params.group = static_cast<int>(p.group());
-  params.num_m_blocks = static_cast<int>((p.seqlen_q + cfg.block_m - 1) / cfg.block_m);
+  params.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
   params.window_left = static_cast<int>(p.window_left);
   params.window_right = static_cast<int>(p.window_right);
   constexpr float kLog2e = 1.4426950408889634f;

@@ -4,8 +4,9 @@
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
 //   wgmma + TMA (bwd_sm90_kernel.cuh): head_dim 64 / 128 with seqlen_k > 64, seqlen_q >= 1 and tensors TMA can
 //     describe (16-byte aligned base, every stride a non-zero multiple of 16 bytes);
-//   mma.sync (bwd_kernel.cuh): everything else the GPU backward supports (tiny seqlen_k, where one 64-key tile of
-//     the mma.sync kernel wastes less than the wgmma kernel's 128-key tile, and layouts TMA cannot describe).
+//   mma.sync (bwd_kernel.cuh): everything else the GPU backward supports: head_dim 256 (two CTAs per K/V tile,
+//     one per 128-column half of dK, dV, dQ), tiny seqlen_k (one 64-key tile of the mma.sync kernel wastes less
+//     than the wgmma kernel's 128-key tile) and layouts TMA cannot describe.
 //
 // Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
 // the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
@@ -13,7 +14,7 @@
 //   dq_accum   fp32 (b, h, sq, d)   zeroed by cudaMemsetAsync
 //   dsum       fp32 (b, h, sq)
 //   lse_log2   fp32 (b, h, sq)
-//   semaphores int  (b, h, m_blocks) zeroed; deterministic mode only
+//   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,7 +67,13 @@ class StreamWorkspace {
 
 constexpr size_t align256(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
-bool compiled_bwd_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool compiled_bwd_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+// Column slices (CTAs per K/V tile) of the mma.sync kernel; each slice has its own deterministic-mode semaphores.
+int mma_col_slices(int64_t head_dim) {
+  static_assert(sm90::bwd::BwdTile<64>::kColSlices == 1 && sm90::bwd::BwdTile<128>::kColSlices == 1);
+  return head_dim == 256 ? sm90::bwd::BwdTile<256>::kColSlices : 1;
+}
 
 // 16-byte aligned rows: the kernels move head-dim rows in 16-byte vectors (cp.async, uint4).
 bool rows_16b_aligned(const TensorView& t) {
@@ -87,6 +94,7 @@ template <class Element>
 void launch_main(const sm90::BwdParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
   if (head_dim == 64) return sm90::launch_bwd_main<Element, 64>(params, masked, stream);
   if (head_dim == 128) return sm90::launch_bwd_main<Element, 128>(params, masked, stream);
+  if (head_dim == 256) return sm90::launch_bwd_main<Element, 256>(params, masked, stream);
   throw Error(Status::kNotSupported, "flash4::backward: no compiled GPU backward kernel for head_dim " +
                                          std::to_string(head_dim));
 }
@@ -102,7 +110,7 @@ bool tma_describable(const TensorView& t) {
 
 // The one selection rule between the two main kernels (see the top of this file).
 bool use_wgmma_kernel(const BackwardArgs& args, const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (p.head_dim != 64 && p.head_dim != 128) return false;  // d = 256: mma.sync, column halves
   if (p.seqlen_k <= 64 || p.seqlen_q < 1 || p.batch < 1 || p.heads < 1 || p.heads_kv < 1) return false;
   for (const TensorView* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!tma_describable(*t)) return false;
@@ -140,8 +148,7 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
     return {false, "fp32 is not supported on the GPU; use bf16/fp16 or the CPU"};
   if (!compiled_bwd_head_dim(p.head_dim))
     return {false, "head_dim " + std::to_string(p.head_dim) +
-                       " is not supported by the GPU backward (supported: 64, 128; head_dim 256 is not "
-                       "implemented yet)"};
+                       " is not supported by the GPU backward (supported: 64, 128, 256; use the CPU)"};
   const std::pair<const TensorView*, const char*> tensors[] = {
       {&args.q, "q"},   {&args.k, "k"},       {&args.v, "v"},   {&args.out, "out"},
       {&args.dout, "dout"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
@@ -162,7 +169,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
   constexpr int kOldBlockM = sm90::bwd::BwdTile<64>::kBlockM, kOldBlockN = sm90::bwd::BwdTile<64>::kBlockN;
-  static_assert(kOldBlockM == sm90::bwd::BwdTile<128>::kBlockM && kOldBlockN == sm90::bwd::BwdTile<128>::kBlockN,
+  static_assert(kOldBlockM == sm90::bwd::BwdTile<128>::kBlockM && kOldBlockN == sm90::bwd::BwdTile<128>::kBlockN &&
+                    kOldBlockM == sm90::bwd::BwdTile<256>::kBlockM && kOldBlockN == sm90::bwd::BwdTile<256>::kBlockN,
                 "the mma.sync kernel has one tile shape for every head dim");
   const bool wgmma = use_wgmma_kernel(args, p);
   // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
@@ -219,8 +227,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   const int64_t rows = p.batch * p.heads * p.seqlen_q;
   const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));
   const size_t row_bytes = align256(static_cast<size_t>(rows) * sizeof(float));
+  const int64_t col_slices = wgmma ? 1 : mma_col_slices(p.head_dim);
   const size_t sem_bytes =
-      args.deterministic ? align256(static_cast<size_t>(p.batch * p.heads * params.m_blocks) * sizeof(int)) : 0;
+      args.deterministic
+          ? align256(static_cast<size_t>(col_slices * p.batch * p.heads * params.m_blocks) * sizeof(int))
+          : 0;
   StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes, 256), s);
   char* ws = workspace.data();
   params.dq_accum = reinterpret_cast<float*>(ws);

@@ -1,6 +1,8 @@
-// The backward main kernel (FlashAttention-2 structure on mma.sync; the wgmma / TMA version of issue 4 replaces
-// it later). Each CTA owns one K/V tile of kBlockN keys of one (batch, kv head) and loops over every query head
-// of its GQA group and every Q tile that can see the keys (mask-aware range; fully masked tiles are skipped):
+// The backward main kernel on mma.sync (FlashAttention-2 structure): the GPU backward for head_dim 256, and for
+// d = 64 / 128 where the wgmma kernel (bwd_sm90_kernel.cuh) does not run (seqlen_k <= 64, layouts TMA cannot
+// describe). Each CTA owns one K/V tile of kBlockN keys of one (batch, kv head) and one column slice of the
+// outputs, and loops over every query head of its GQA group and every Q tile that can see the keys (mask-aware
+// range; fully masked tiles are skipped):
 //
 //   S^T  = K Q^T                     (kBlockN x kBlockM, fp32 registers; warp w owns keys 16w .. 16w+15)
 //   dP^T = V dO^T                    (same layout)
@@ -8,6 +10,12 @@
 //   dV  += P^T dO,  dK += dS^T Q     (fp32 registers for the whole CTA; A operand straight from registers)
 //   dQ  += dS K                      (dS^T through shared memory; warp w owns queries 16w .. 16w+15; fp32 atomics
 //                                     into the (b, h, sq, d) accumulator, in semaphore order when deterministic)
+//
+// Column slices: dV, dK and dQ are computed for kCols = min(d, 128) head-dim columns per CTA (the slice is the
+// fastest part of blockIdx.x). At d = 256 the dK + dV accumulators of all 256 columns would be 256 fp32 registers
+// per thread; two CTAs per K/V tile, one per 128-column half, keep them at the d = 128 level. Both recompute
+// S^T and dP^T over the full head dim (7/5 of the FLOPs of one CTA doing everything); their dQ columns are
+// disjoint, so in deterministic mode each slice orders its own additions with its own semaphores.
 //
 // dK (times softmax_scale) and dV are written once at the end: no atomics on dK/dV, even for GQA, because the
 // CTA itself loops over the query heads that share its K/V head.
@@ -18,10 +26,11 @@
 //   Q, dO      shared, double buffered (cp.async of tile it+1 overlaps the math of tile it); B operands
 //   LSE, D     shared, 64 floats each per buffer
 //   dS^T       shared, 64 x 64 Element
-// Shared-memory reads per Q tile (bytes, each warp reads what it needs): S^T/dP^T: K, V slices (2 * 16 d * 2)
-// and all of Q, dO (2 * 64 d * 2) per warp; dV/dK: Q, dO again (2 * 64 d * 2) per warp; dQ: dS (64 * 16 * 2)
-// and all of K (64 d * 2) per warp. For d = 128: 4 warps * (8 + 32 + 32 + 2 + 16) KB = 360 KB per 64 x 64 tile
-// of 5 * 2 * 64 * 64 * 128 = 5.2 MFLOP (14.5 FLOP per shared byte; the wgmma rewrite is what fixes this).
+// Shared-memory reads per Q tile (bytes, each warp reads what it needs; c = kCols): S^T/dP^T: K, V slices
+// (2 * 16 d * 2) and all of Q, dO (2 * 64 d * 2) per warp; dV/dK: Q, dO columns again (2 * 64 c * 2) per warp;
+// dQ: dS (64 * 16 * 2) and K's columns (64 c * 2) per warp. For d = 128: 4 warps * (8 + 32 + 32 + 2 + 16) KB =
+// 360 KB per 64 x 64 tile of 5 * 2 * 64 * 64 * 128 = 5.2 MFLOP (14.5 FLOP per shared byte; the wgmma kernel is
+// what fixes this). d = 256 runs 1 CTA per SM (208 KB of shared memory), 4 warps: a correctness path first.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +52,10 @@ struct BwdTile {
   static constexpr int kThreads = 32 * kWarps;
   static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps, "each warp owns 16 rows in both products");
   static_assert(kHeadDim % 64 == 0, "dQ is computed in column chunks of 64");
+  // Output columns (of dK, dV, dQ) per CTA: the accumulators hold 2 * (kCols / 8) * 4 fp32 per thread.
+  static constexpr int kCols = kHeadDim < 128 ? kHeadDim : 128;
+  static constexpr int kColSlices = kHeadDim / kCols;  // CTAs per K/V tile (blockIdx.x = n_block * slices + slice)
+  static_assert(kHeadDim % kCols == 0 && kCols % 64 == 0, "whole dQ chunks per slice");
   // Rows padded by 16 bytes: 8 consecutive rows start 16 bytes apart modulo 128, so every 8-row ldmatrix phase
   // and every 16-byte cp.async quarter-warp hit 32 distinct banks.
   static constexpr int kLd = kHeadDim + 8;   // elements per shared row of K, V, Q, dO
@@ -56,10 +69,12 @@ struct BwdTile {
   static constexpr int kOffDs = kOffDo + 2 * kTileBytes;
   static constexpr int kOffLse = kOffDs + kBlockN * kLdS * 2;  // float[2][kBlockM]
   static constexpr int kOffD = kOffLse + 2 * kBlockM * 4;     // float[2][kBlockM]
-  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4;  // d = 64: 65.5 KB, d = 128: 112 KB
-  // Register budget: dK + dV accumulators are 2 * (d / 8) * 4 fp32 per thread (128 at d = 128), plus S^T and
-  // dP^T (64). Two CTAs per SM at d = 128 (255 registers), three at d = 64 (170).
-  static constexpr int kMinBlocksPerSm = kHeadDim <= 64 ? 3 : 2;
+  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4;  // d = 64: 65.5 KB, 128: 112 KB, 256: 208 KB
+  static_assert(kSmemBytes <= 232448, "the per-block opt-in maximum of sm_90");
+  // Register budget: dK + dV accumulators are 2 * (kCols / 8) * 4 fp32 per thread (128 at d = 128 and 256),
+  // plus S^T and dP^T (64). Three CTAs per SM at d = 64 (170 registers), two at d = 128 (255), one at d = 256
+  // (255: shared memory allows no second CTA).
+  static constexpr int kMinBlocksPerSm = kHeadDim <= 64 ? 3 : kHeadDim <= 128 ? 2 : 1;
   static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= 233472, "shared memory for the CTAs per SM");
 };
 
@@ -87,16 +102,20 @@ __device__ __forceinline__ float tanh_accurate(float y) {
 template <class Element, class Tile>
 __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const Element* g_rows, int64_t row_stride, int row0,
                                                 int row_end) {
-  constexpr int kChunksPerRow = Tile::kHeadDim / 8;  // 16-byte chunks
-  constexpr int kChunks = Tile::kBlockN * kChunksPerRow;
-  static_assert(kChunks % Tile::kThreads == 0, "whole chunks per thread");
+  constexpr int kChunksPerRow = Tile::kHeadDim / 8;           // 16-byte chunks
+  constexpr int kRowsPerPass = Tile::kThreads / kChunksPerRow;  // rows the CTA copies per pass
+  static_assert(Tile::kThreads % kChunksPerRow == 0 && Tile::kBlockN % kRowsPerPass == 0, "whole rows per pass");
+  const int tid = static_cast<int>(threadIdx.x);
+  const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+  // One source pointer advanced by a pass per step: per-chunk addresses hoisted out of the main loop cost 168
+  // bytes of spills at d = 256 (16 chunks per thread) and 24 at d = 128.
+  const Element* src = g_rows + static_cast<int64_t>(row0 + r0) * row_stride + col;
+  const int64_t pass_stride = kRowsPerPass * row_stride;
 #pragma unroll
-  for (int k = 0; k < kChunks / Tile::kThreads; ++k) {
-    const int c = k * Tile::kThreads + static_cast<int>(threadIdx.x);
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+  for (int k = 0; k < Tile::kBlockN / kRowsPerPass; ++k, src += pass_stride) {
+    const int r = r0 + k * kRowsPerPass;
     const bool valid = row0 + r < row_end;
-    const Element* src = valid ? g_rows + static_cast<int64_t>(row0 + r) * row_stride + col : g_rows;
-    cp_async_16(s_tile + (r * Tile::kLd + col) * 2, src, valid ? 16 : 0);
+    cp_async_16(s_tile + (r * Tile::kLd + col) * 2, valid ? src : g_rows, valid ? 16 : 0);
   }
 }
 
@@ -105,7 +124,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
     bwd_main_kernel(const __grid_constant__ BwdParams p) {
   using Tile = BwdTile<kHeadDim>;
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kLd = Tile::kLd, kLdS = Tile::kLdS;
-  constexpr int kDimTiles = kHeadDim / 8;  // n8 tiles across the head dim
+  constexpr int kCols = Tile::kCols;
+  constexpr int kColTiles = kCols / 8;  // n8 tiles across this CTA's output columns
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = smem_addr(smem);
@@ -115,8 +135,11 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
-  const int n_block = static_cast<int>(blockIdx.x), hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int n_block = static_cast<int>(blockIdx.x) / Tile::kColSlices, hkv = static_cast<int>(blockIdx.y),
+            b = static_cast<int>(blockIdx.z);
+  const int slice = static_cast<int>(blockIdx.x) % Tile::kColSlices;
   const int n0 = n_block * kBlockN;
+  const int col0 = slice * kCols;  // first output column of this CTA
 
   // Q tiles that can see this K/V tile: an interval [m_lo, m_hi] (the band is monotone in both indices).
   int m_lo, m_hi;
@@ -160,9 +183,9 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
   if (iterations > 0) load_q_tile(0, 0);
   cp_async_commit();
 
-  float acc_dk[kDimTiles][4], acc_dv[kDimTiles][4];  // rows: keys 16 warp + g (+8); cols: head dim
+  float acc_dk[kColTiles][4], acc_dv[kColTiles][4];  // rows: keys 16 warp + g (+8); cols: col0 + 8 nt + 2t
 #pragma unroll
-  for (int nt = 0; nt < kDimTiles; ++nt)
+  for (int nt = 0; nt < kColTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[nt][e] = acc_dv[nt][e] = 0.0f;
 
@@ -174,8 +197,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
   const uint32_t off_a_kv = ((16 * warp + lane_row + lane_hi8) * kLd + lane_hi16) * 2;
   // B (non-trans, stored [n][k]) from Q or dO rows: rows + bit1, cols + bit0.
   const uint32_t off_b_rows = ((lane_row + lane_hi16) * kLd + lane_hi8) * 2;
-  // B (trans, stored [k][n]) from Q, dO or K: rows + bit0, cols + bit1.
-  const uint32_t off_b_trans = ((lane_row + lane_hi8) * kLd + lane_hi16) * 2;
+  // B (trans, stored [k][n]) from Q, dO or K, from this CTA's first output column: rows + bit0, cols + bit1.
+  const uint32_t off_b_trans = ((lane_row + lane_hi8) * kLd + col0 + lane_hi16) * 2;
   // A (trans, stored [k][m]) from dS^T, this warp's 16 queries: rows + bit1, cols + bit0.
   const uint32_t off_a_ds = ((lane_row + lane_hi16) * kLdS + 16 * warp + lane_hi8) * 2;
 
@@ -284,11 +307,11 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
       }
     }
 
-    // ---- dV += P^T dO, dK += dS^T Q: (16 keys) x d, k = 64 queries; B from [query][dim] rows (trans) ----
+    // ---- dV += P^T dO, dK += dS^T Q: (16 keys) x kCols, k = 64 queries; B from [query][dim] rows (trans) ----
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-      for (int dn = 0; dn < kHeadDim / 16; ++dn) {
+      for (int dn = 0; dn < kCols / 16; ++dn) {
         const uint32_t off = off_b_trans + (kk * 16 * kLd + dn * 16) * 2;
         uint32_t b_do[4], b_q[4];
         ldsm_x4_trans(s_do + off, b_do);
@@ -301,11 +324,12 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
     }
     __syncthreads();  // dS^T complete
 
-    // ---- dQ += dS K: (16 queries of this warp) x d, k = 64 keys; atomics into the fp32 accumulator ----
+    // ---- dQ += dS K: (16 queries of this warp) x kCols, k = 64 keys; atomics into the fp32 accumulator ----
     int* semaphore = nullptr;
     if (p.deterministic) {
-      // CTAs add into this (b, h, Q tile) in increasing n_block order: wait for the visible tiles before ours.
-      semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
+      // CTAs of this column slice add into this (b, h, Q tile) in increasing n_block order: wait for the visible
+      // tiles before ours. Slices write disjoint columns and count on separate (b, h, m_blocks) arrays.
+      semaphore = p.semaphores + ((static_cast<int64_t>(slice) * p.batch + b) * p.heads + h) * p.m_blocks + m_block;
       if (tid == 0) {
         int expected = 0;
         for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? 1 : 0;
@@ -314,9 +338,9 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
       __syncthreads();
     }
     const int q_row = m0 + 16 * warp + g;  // rows q_row (c0, c1) and q_row + 8 (c2, c3)
-    float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + 2 * t;
+    float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + col0 + 2 * t;
 #pragma unroll
-    for (int chunk = 0; chunk < kHeadDim / 64; ++chunk) {  // 64 head-dim columns at a time: 32 registers
+    for (int chunk = 0; chunk < kCols / 64; ++chunk) {  // 64 head-dim columns at a time: 32 registers
       float acc_dq[8][4];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -356,15 +380,15 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
   }
   cp_async_wait<0>();
 
-  // ---- dK = scale * sum dS^T Q, dV = sum P^T dO: rows 16 warp + g (+8), cols 8 nt + 2t ----
-  Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
-  Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + 2 * t;
+  // ---- dK = scale * sum dS^T Q, dV = sum P^T dO: rows 16 warp + g (+8), cols col0 + 8 nt + 2t ----
+  Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + col0 + 2 * t;
+  Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + col0 + 2 * t;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j = n0 + 16 * warp + g + 8 * half;
     if (j >= p.seqlen_k) continue;
 #pragma unroll
-    for (int nt = 0; nt < kDimTiles; ++nt) {
+    for (int nt = 0; nt < kColTiles; ++nt) {
       *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + 8 * nt) =
           pack2<Element>(acc_dk[nt][2 * half] * p.softmax_scale, acc_dk[nt][2 * half + 1] * p.softmax_scale);
       *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + 8 * nt) =

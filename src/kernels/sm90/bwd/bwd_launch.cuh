@@ -10,7 +10,8 @@
 
 namespace flash4::sm90 {
 
-// Launches bwd_main_kernel on a (n_blocks, heads_kv, batch) grid; the caller guarantees all three are >= 1.
+// Launches bwd_main_kernel on a (n_blocks * column slices, heads_kv, batch) grid; the caller guarantees all three
+// are >= 1 and, in deterministic mode, semaphores for every column slice (Tile::kColSlices).
 template <class Element, int kHeadDim>
 void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream);
 
@@ -19,9 +20,10 @@ void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream) 
   using Tile = bwd::BwdTile<kHeadDim>;
   auto* kernel = masked ? &bwd::bwd_main_kernel<Element, kHeadDim, true> : &bwd::bwd_main_kernel<Element, kHeadDim, false>;
   FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  // n_block is the fastest grid index: in deterministic mode a CTA waits only on CTAs of lower n_block of the
-  // same (kv head, batch), which have lower linear block indices and are therefore already scheduled.
-  const dim3 grid(params.n_blocks, params.heads_kv, params.batch);
+  // (n_block, column slice) is the fastest grid index: in deterministic mode a CTA waits only on CTAs of lower
+  // n_block of the same (slice, kv head, batch), which have lower linear block indices and are therefore already
+  // scheduled. The slices of one K/V tile are neighbours, so they share its K/V/Q/dO reads in L2.
+  const dim3 grid(params.n_blocks * Tile::kColSlices, params.heads_kv, params.batch);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
 }

@@ -1,10 +1,11 @@
 // Tile configuration of the Hopper forward kernel per (head dim, masked). Plain constexpr data, shared by the
 // host dispatch (shared-memory size, grid) and the kernel, and checked on the CPU by tests.
 //
-// Budget per CTA (one CTA per SM): 227 KB of shared memory, 64K registers. Two consumer warpgroups of 64 query
-// rows each (kBlockM = 128) plus one producer warpgroup; setmaxnreg gives the consumers 232-240 registers.
-//  * d = 64:  K/V tiles are small (16 KB each), so 128 keys per tile and a 3-deep ring keep TMA well ahead.
-//             The exp is ~70 % of the matmul time here, so the FMA-pipe polynomial takes a share of the exps.
+// Budget per CTA (one CTA per SM): 227 KB of shared memory, 64K registers, one producer warpgroup plus two or
+// three consumer warpgroups of 64 query rows each; setmaxnreg moves the registers to the consumers.
+//  * d = 64:  three consumers (block_m 192, 160 registers each): S (64 regs) + P (32) + O (32) still fit, and
+//             the third warpgroup gives each scheduler a third warp to hide the softmax's latency (the d = 64
+//             softmax is as long as its matmuls). K/V tiles are small (16 KB), so a 3-deep ring.
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
 //  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
@@ -20,38 +21,51 @@ struct FwdTileConfig {
   int poly_exp2_per_8;    // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
   bool intra_wg_overlap;  // issue S(j+1) with P(j) V(j); softmax of j+1 overlaps P(j) V(j)
   bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
-  bool persistent;        // one CTA per SM claiming tiles (else one CTA per tile)
 };
 
-// Pipeline choices are measured on the H200 (bench/flash4_bench --ablation --rounds 3 at seqlen 8k; table in
-// docs/performance.md). Intra-warpgroup overlap wins everywhere (+3-19 %). Ping-pong pays only at d = 64 causal
-// (+11 %); elsewhere the two consumer warpgroups interleave well without it and the turn-taking costs 3-13 %.
-// The FMA-pipe polynomial pays at most at d = 64 causal (+5 % for 1-2 of 8 exps, near the run-to-run noise);
-// elsewhere even 1 of 8 costs 2-15 %: the softmax is issue-latency bound (the polynomial is ~9 instructions where
-// MUFU is 1), not MUFU-throughput bound. Persistent CTAs win 3-10 % without a mask (no per-CTA prologue, the
-// epilogue overlaps the next tile's loads) but lose 0-5 % with one (two runs): there the hardware block
-// scheduler balances the short diagonal tiles better than our longest-first claiming.
+// Pipeline choices are measured on the H200 (bench/flash4_bench --ablation at seqlen 8k and --candidates at
+// every seqlen; tables in docs/performance.md). Intra-warpgroup overlap wins everywhere (+3-19 %). Ping-pong
+// costs 3-13 % with two consumers except at d = 64 causal, and with three consumers at d = 64 it costs 1-6 %:
+// the consumer warpgroups already interleave on the SM sub-partitions without turn-taking. The FMA-pipe
+// polynomial (2 of 8 exps) won 5 % only at d = 64 causal with two consumers; with three it costs 4-14 %, and
+// elsewhere even 1 of 8 costs 2-15 %: the softmax is issue/latency bound (the polynomial is ~9 instructions
+// where MUFU.EX2 is 1), not MUFU-throughput bound, so it is off everywhere (the kernel keeps it for ablation).
+// Candidates measured and rejected: 128 x 176 at d = 128 (-2..-12 %) and 128 x 80 at d = 256 (-7..+4 %), both
+// spill with S that large.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
-  const bool persistent = !masked;
-  if (head_dim <= 64) return masked ? FwdTileConfig{128, 128, 3, 2, true, true, persistent} : FwdTileConfig{128, 128, 3, 0, true, false, persistent};
-  if (head_dim <= 128) return {128, 128, 2, 0, true, false, persistent};
-  return {128, 64, 2, 0, true, false, persistent};
+  (void)masked;
+  if (head_dim <= 64) return {192, 128, 3, 0, true, false};
+  if (head_dim <= 128) return {128, 128, 2, 0, true, false};
+  return {128, 64, 2, 0, true, false};
 }
 
-constexpr int kFwdConsumerWarpgroups = 2;
-constexpr int kFwdThreads = 128 * (1 + kFwdConsumerWarpgroups);
+// Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent wins
+// without a mask (3-10 %: no per-CTA prologue, the epilogue overlaps the next tile's loads) and for short masked
+// sequences (+5-28 % at seqlen_q <= 2k, where per-CTA setup is a large share of a short diagonal tile); for
+// long masked sequences the hardware block scheduler balances the diagonal tiles better than our longest-first
+// claiming (0-6 %). The grid size is the only difference, so this is a runtime choice.
+constexpr bool fwd_launch_persistent(bool masked, int seqlen_q) { return !masked || seqlen_q <= 2048; }
+
+// Consumer warpgroups (64 query rows each) and threads (+ one producer warpgroup) of a configuration.
+constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m / 64; }
+constexpr int fwd_threads(const FwdTileConfig& c) { return 128 * (1 + fwd_consumer_warpgroups(c)); }
 
 // Shared memory a configuration needs (16-bit elements), plus 1 KB to align the base for 128B swizzle.
-constexpr int fwd_smem_bytes(int head_dim, bool masked) {
-  const FwdTileConfig c = fwd_tile_config(head_dim, masked);
+constexpr int fwd_smem_bytes(const FwdTileConfig& c, int head_dim) {
   const int q = c.block_m * head_dim * 2;
   const int kv = 2 * c.stages * c.block_n * head_dim * 2;
   const int barriers = (1 + 4 * c.stages) * 8;
   return q + kv + barriers + 1024;
 }
+constexpr int fwd_smem_bytes(int head_dim, bool masked) {
+  return fwd_smem_bytes(fwd_tile_config(head_dim, masked), head_dim);
+}
 
 static_assert(fwd_smem_bytes(64, false) <= 232448);
 static_assert(fwd_smem_bytes(128, false) <= 232448);
 static_assert(fwd_smem_bytes(256, false) <= 232448);
+static_assert(fwd_smem_bytes(64, true) <= 232448);
+static_assert(fwd_smem_bytes(128, true) <= 232448);
+static_assert(fwd_smem_bytes(256, true) <= 232448);
 
 }  // namespace flash4::sm90

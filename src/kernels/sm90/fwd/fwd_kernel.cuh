@@ -1,18 +1,17 @@
 // The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax.
 //
-// Roles (persistent CTAs, one per SM, where the tile table says so; each computes a sequence of tiles of block_m
-// query rows of one
-// (batch, head), handed out dynamically in the order of fwd_tile_scheduler.cuh):
+// Roles (persistent CTAs, one per SM, where fwd_launch_persistent says so, else one CTA per tile; a CTA computes
+// tiles of block_m query rows of one (batch, head), handed out dynamically in fwd_tile_scheduler.cuh's order):
 //   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
 //                             done: q_empty), then K and V tiles into a ring of `stages` shared-memory slots
 //                             (k_full / v_full on arrival; k_empty as soon as S is done, v_empty after P V, so
 //                             the next K load starts a whole softmax earlier). The ring runs on across tiles.
-//   warpgroups 1, 2           consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
+//   warpgroups 1 .. 2 or 3    consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
 //                             online softmax in registers, O += P V (wgmma, P from registers).
 // Pipelining inside a consumer (intra-warpgroup overlap): the matmul S(j+1) = Q K(j+1)^T is issued together with
 // O += P(j) V(j), and the softmax of S(j+1) runs while P(j) V(j) is still on the tensor cores.
 // Ping-pong across consumers (where the tile table enables it): named barriers hand the "issue matmuls" turn
-// back and forth, so one warpgroup's softmax (MUFU + FMA pipes) overlaps the other's matmuls.
+// round the consumers, so one warpgroup's softmax (MUFU + FMA pipes) overlaps the other's matmuls.
 // Epilogue: O / l converted to the input type and stored straight from registers (the quad of lanes that shares
 // a row writes 16 contiguous bytes per instruction), LSE stored by one lane per row. It needs no shared memory,
 // so the producer is already loading the next tile's Q and K/V while a consumer finishes this one.
@@ -52,33 +51,51 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
 // (the library compiles the defaults only). -1 / 0 = take the table's value.
-template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, int kPersistent = -1>
+template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, int kPersistent = -1,
+          int kBlockM = 0, int kBlockN = 0>
 struct FwdVariant {
   static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
-  static constexpr int persistent = kPersistent;  // 0: one CTA per tile (the grid covers all tiles)
+  // 1: one CTA per SM claiming tiles; 0: one CTA per tile; -1: the launch rule (fwd_launch_persistent)
+  static constexpr int persistent = kPersistent;
+  static constexpr int block_m = kBlockM, block_n = kBlockN;
 };
+
+// The table's configuration with a variant's overrides applied.
+template <class Variant>
+constexpr FwdTileConfig apply_variant(FwdTileConfig c) {
+  if (Variant::block_m > 0) c.block_m = Variant::block_m;
+  if (Variant::block_n > 0) c.block_n = Variant::block_n;
+  if (Variant::stages > 0) c.stages = Variant::stages;
+  if (Variant::poly_per_8 >= 0) c.poly_exp2_per_8 = Variant::poly_per_8;
+  if (Variant::overlap >= 0) c.intra_wg_overlap = Variant::overlap != 0;
+  if (Variant::pingpong >= 0) c.pingpong = Variant::pingpong != 0;
+  return c;
+}
 
 template <class Element, int kHeadDim, bool kMasked, class Variant = FwdVariant<>>
 struct FwdKernel {
-  static constexpr FwdTileConfig kCfg = fwd_tile_config(kHeadDim, kMasked);
+  static constexpr FwdTileConfig kCfg = apply_variant<Variant>(fwd_tile_config(kHeadDim, kMasked));
   static constexpr int kBlockM = kCfg.block_m;
   static constexpr int kBlockN = kCfg.block_n;
-  static constexpr bool kIntraWgOverlap = Variant::overlap >= 0 ? Variant::overlap != 0 : kCfg.intra_wg_overlap;
-  static constexpr bool kPingPong = Variant::pingpong >= 0 ? Variant::pingpong != 0 : kCfg.pingpong;
-  static constexpr int kStages = Variant::stages > 0 ? Variant::stages : kCfg.stages;
-  static constexpr int kPolyPer8 = Variant::poly_per_8 >= 0 ? Variant::poly_per_8 : kCfg.poly_exp2_per_8;
-  static constexpr bool kPersistent = Variant::persistent >= 0 ? Variant::persistent != 0 : kCfg.persistent;
+  static constexpr bool kIntraWgOverlap = kCfg.intra_wg_overlap;
+  static constexpr bool kPingPong = kCfg.pingpong;
+  static constexpr int kStages = kCfg.stages;
+  static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
   static constexpr int kWgRows = 64;
-  static constexpr int kConsumers = kFwdConsumerWarpgroups;
-  static constexpr int kThreads = kFwdThreads;
-  static_assert(kBlockM == kWgRows * kConsumers);
+  static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
+  static constexpr int kThreads = fwd_threads(kCfg);
+  static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
   static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
 
-  // d = 256 consumers hold a 128-register O accumulator and need all 240; elsewhere the producer's tile
-  // bookkeeping (scheduler, mask ranges) gets 40 so it does not spill.
-  static constexpr int kProducerRegisters = kHeadDim > 128 ? 24 : 40;
-  static constexpr int kConsumerRegisters = kHeadDim > 128 ? 240 : 232;
+  // Registers per thread after setmaxnreg (64K per SM). Two consumers: 232 each and 40 for the producer's tile
+  // bookkeeping (scheduler, mask ranges), unless the accumulators are large (d = 256: O alone is 128 registers;
+  // block_n > 128): then 240 and 24. Three consumers (d = 64, block_m 192): 160 each, the producer 32.
+  static constexpr bool kLargeAccumulators = kHeadDim > 128 || kBlockN > 128;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kLargeAccumulators ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kLargeAccumulators ? 240 : 232;
+  using Softmax = FwdSoftmax<kBlockN>;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
 
@@ -139,7 +156,12 @@ struct FwdKernel {
       PipelineState<kStages> st;
       for (uint32_t q_phase = 0;; q_phase ^= 1u) {
         mbarrier::wait(&s.q_full, q_phase);
-        const int t = *static_cast<volatile int*>(&s.tile_id);  // published before q_full completed
+        // Published before q_full completed (the mbarrier orders it). One atomic read per warp, broadcast: the
+        // producer rewrites tile_id for the next tile after q_empty, and atomics keep racecheck from flagging
+        // the (mbarrier-ordered) reuse.
+        int t = 0;
+        if (threadIdx.x % 32 == 0) t = atomicAdd(&s.tile_id, 0);
+        t = __shfl_sync(0xffffffffu, t, 0);
         if (t < 0) break;
         consume(p, s, warpgroup - 1, scheduler.tile(t), st);
       }
@@ -159,11 +181,11 @@ struct FwdKernel {
     for (int t = blockIdx.x;; q_phase ^= 1u) {
       mbarrier::wait(&s.q_empty, q_phase ^ 1u);  // previous tile's S matmuls are done with Q
       if (t >= scheduler.total()) {
-        s.tile_id = -1;
+        atomicExch(&s.tile_id, -1);
         mbarrier::arrive(&s.q_full);  // completes the phase without data: consumers see -1 and stop
         break;
       }
-      s.tile_id = t;
+      atomicExch(&s.tile_id, t);
       const FwdTile tile = scheduler.tile(t);
       mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
 #pragma unroll
@@ -249,25 +271,28 @@ struct FwdKernel {
                                     : p.seqlen_k - 1;
     auto needs_mask = [&](int n) { return n * kBlockN < unmasked_lo || n * kBlockN + kBlockN - 1 > unmasked_hi; };
 
+    // Turns go round the consumers in order 0, 1, .., kConsumers - 1, 0, ...
     const uint32_t my_turn = barrier_id(NamedBarrier::kPingPongTurnWg0, wg);
-    const uint32_t other_turn = barrier_id(NamedBarrier::kPingPongTurnWg0, 1 - wg);
+    const uint32_t next_turn = barrier_id(NamedBarrier::kPingPongTurnWg0, (wg + 1) % kConsumers);
+    const bool last_wg = wg == kConsumers - 1;
     const int num_tiles = range.count();
     int turns_left = kIntraWgOverlap ? num_tiles + 1 : num_tiles;  // matmul issue rounds of this warpgroup
     auto begin_turn = [&] {
       if constexpr (kPingPong) named_barrier_sync(my_turn, 2 * 128);
     };
     auto end_turn = [&] {
-      // The last warpgroup to go (wg 1) does not hand over after its final round: arrivals stay balanced.
+      // The last warpgroup does not hand over after its final round: arrivals stay balanced (every consumer
+      // has the same number of rounds).
       if constexpr (kPingPong) {
         --turns_left;
-        if (wg == 0 || turns_left > 0) named_barrier_arrive(other_turn, 2 * 128);
+        if (!last_wg || turns_left > 0) named_barrier_arrive(next_turn, 2 * 128);
       }
     };
     if constexpr (kPingPong) {
-      if (wg == 1 && num_tiles > 0) named_barrier_arrive(other_turn, 2 * 128);  // warpgroup 0 goes first
+      if (last_wg && num_tiles > 0) named_barrier_arrive(next_turn, 2 * 128);  // warpgroup 0 goes first
     }
 
-    FwdSoftmax<kBlockN> softmax;
+    Softmax softmax;
     float acc_o[kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
@@ -277,8 +302,8 @@ struct FwdKernel {
 
     // Masks, softcap and softmax of a freshly computed S tile (in place: S becomes P in fp32).
     auto softmax_tile = [&](int n) {
-      if (p.softcap > 0.0f) FwdSoftmax<kBlockN>::apply_softcap(acc_s, p.softcap_pre_scale, p.softcap);
-      if (needs_mask(n)) FwdSoftmax<kBlockN>::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
+      if (p.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.softcap_pre_scale, p.softcap);
+      if (needs_mask(n)) Softmax::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
       return softmax.template step<kPolyPer8>(acc_s, p.scale_log2, p.conditional_rescale, p.exp2_poly, factor);
     };
 
@@ -369,7 +394,7 @@ struct FwdKernel {
   }
 
   static __device__ __forceinline__ void epilogue(const FwdParams& p, int m_block, int head, int batch,
-                                                  const FwdSoftmax<kBlockN>& softmax, const float (&acc_o)[kHeadDim / 2],
+                                                  const Softmax& softmax, const float (&acc_o)[kHeadDim / 2],
                                                   int row0, int lane) {
     float row_sum[2];
     softmax.finish(row_sum);

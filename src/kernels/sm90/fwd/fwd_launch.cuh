@@ -38,7 +38,9 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
     if (device < 64) sm_count[device].store(sms, std::memory_order_relaxed);
   }
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, Kernel::kPersistent ? sms : tiles));
+  const bool persistent = Variant::persistent >= 0 ? Variant::persistent != 0
+                                                  : fwd_launch_persistent(kMasked, params.seqlen_q);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, persistent ? sms : tiles));
   // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
   FwdParams launch_params = params;
   FLASH4_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&launch_params.tile_counter), sizeof(int), stream));
