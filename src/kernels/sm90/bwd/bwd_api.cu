@@ -260,6 +260,7 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
                                             k.stride[1], k.stride[2], block_n);
       wp.tma_v = sm90::make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0],
                                             v.stride[1], v.stride[2], block_n);
+      wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, p.batch, p.heads, p.seqlen_q, p.head_dim, 64);
       if (bf16) launch_wgmma<__nv_bfloat16>(wp, p.head_dim, p.has_mask(), s);
       else launch_wgmma<__half>(wp, p.head_dim, p.has_mask(), s);
     } else {

@@ -58,6 +58,7 @@ struct BwdWgmmaParams {
   CUtensorMap tma_k;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
   CUtensorMap tma_v;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
   CUtensorMap tma_do;  // (b, sq, h, d),   box 64 cols x kBlockM rows
+  CUtensorMap tma_dq;  // fp32 dQ accumulator (b, h, sq, d), box 32 cols x 64 rows (reduce-add target)
   BwdParams p;
 };
 }  // namespace bwd

@@ -18,9 +18,9 @@
 //                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
 //                          one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
-//                          computes a 64 x 64 piece (bwd_sm90_config.h), stores it to shared (fp32, padded rows)
-//                          and warp 0 of the warpgroup adds it into the fp32 (b, h, sq, d) accumulator with one bulk
-//                          reduce-add per row (cp.reduce.async.bulk .add.f32, 256 bytes); the other warps go on.
+//                          computes a 64 x 64 piece (bwd_sm90_config.h), stores it to shared (fp32, 128B swizzle)
+//                          and one thread adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
+//                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each); the warpgroup goes on.
 //                          In deterministic mode a per-(b, h, Q tile) semaphore orders the CTAs' additions by
 //                          n_block (each warpgroup adds 1 when its piece is in). Non-deterministic CTAs start their
 //                          Q loop at different tiles (QRange) so that they do not add into the same rows at once.
@@ -35,7 +35,7 @@
 //   dS^T    registers (A of dK); dS written once to shared (16 KB) and read by both warpgroups' dQ (32 KB)
 //   K       B of dQ, each warpgroup its 64 columns: 32 KB
 //   LSE, D  shared, 2 * kBlockM floats (broadcast reads)
-//   dQ      fp32 pieces written to shared and read by the bulk engine: 2 * 32 KB
+//   dQ      fp32 pieces written to shared and read by TMA: 2 * 32 KB
 // Total ~270 KB of wgmma operand traffic (+ 64 KB dQ staging) for 5 * 2 * 128 * 64 * 128 = 10.5 MFLOP: ~39 FLOP per
 // operand byte, ~31 with the staging (the mma.sync kernel: 14.5).
 #pragma once
@@ -70,24 +70,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
                : "memory");
 }
 
-// Bulk (non-tensor) async copies of the dQ reduce-add. One wrapper per PTX instruction; they belong in
-// hw/sm90/tma.cuh next to the tensor copies (owned elsewhere, hence here for now).
-namespace bulk {
-// global[dst .. dst + bytes) += shared[src .. src + bytes) (fp32), issued by the calling thread into its bulk group;
-// both addresses 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void reduce_add_f32_elected(float* g_dst, const float* s_src, uint32_t bytes) {
-  cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, g_dst, s_src,
-                                  bytes);
-}
-// Closes the calling thread's bulk group of the operations issued since the last commit.
-__device__ __forceinline__ void commit() { cuda::ptx::cp_async_bulk_commit_group(); }
-// Waits until this thread's bulk operations have finished reading shared memory (the source may be overwritten).
-__device__ __forceinline__ void wait_read_all() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
-// Waits until this thread's bulk operations are complete (their global writes performed).
-__device__ __forceinline__ void wait_all() { cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{}); }
-// Orders this thread's generic-proxy accesses of global memory with its async-proxy (bulk copy) accesses.
-__device__ __forceinline__ void fence_proxy_async_global() { cuda::ptx::fence_proxy_async(cuda::ptx::space_global); }
-}  // namespace bulk
 
 template <class Element, int kHeadDim, bool kMasked>
 struct BwdWgmmaKernel {
@@ -100,9 +82,6 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
 
-  // Staged dQ rows are 64 floats + 8 of padding (288 bytes, a multiple of the bulk copy's 16): a half-warp's float2
-  // fragment stores (rows g .. g + 3, columns 2t, 2t + 1) then fall on 32 distinct banks.
-  static constexpr int kDqPitch = 64 + 8;
 
   struct SharedStorage {
     alignas(1024) Element k[kChunks][kBlockN][64];             // 128B swizzle; A of S^T (K-major), B of dQ (MN-major)
@@ -110,7 +89,8 @@ struct BwdWgmmaKernel {
     alignas(1024) Element q[kStages][kChunks][kBlockM][64];    // 128B swizzle; B of S^T (K-major), B of dK (MN-major)
     alignas(1024) Element dout[kStages][kChunks][kBlockM][64]; // 128B swizzle; B of dP^T (K-major), B of dV (MN-major)
     alignas(1024) Element ds[2][kConsumers][kBlockM][64];      // dS rows (queries), chunk w = keys 64w..; A of dQ
-    alignas(16) float dq[kConsumers][64][kDqPitch];            // each warpgroup's 64 x 64 dQ piece (fp32), padded rows
+    alignas(1024) float dq[kConsumers][2][64][32];             // each warpgroup's 64 x 64 dQ piece (fp32) as two
+                                                               // 32-column halves, 128B swizzle (TMA reduce source)
     float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
     float dsum[kStages][kBlockM];  // D = rowsum(dO * O), 0 past the sequence
     uint64_t kv_full;
@@ -360,9 +340,9 @@ struct BwdWgmmaKernel {
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
       fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
-      // The previous tile's reduce-add of s.dq[wg] (issued by warp 0, long done by now) has read its source: the
-      // barrier below orders this tile's writes of s.dq[wg] after that.
-      if (warp == 0) bulk::wait_read_all();
+      // The previous tile's reduce-adds (issued by thread 0, long done by now) have read s.dq[wg]: the barrier
+      // below orders this tile's writes of s.dq[wg] after that.
+      if (tid == 0) tma::store_wait_read_all();
       named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
 
       // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major ----
@@ -389,52 +369,48 @@ struct BwdWgmmaKernel {
       wgmma::wait_group<0>();
       wgmma::fence_operand(acc_dq);
 
-      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece: registers -> s.dq[wg] -> one bulk reduce-add per row ----
-      // Row r of the piece is 64 contiguous floats of the accumulator (row m0 + dq_row0 + r, columns dq_col0 ..),
-      // 256 bytes. Warp 0 issues the 64 rows (2 per lane); the other warps go on to the next tile at once.
-      float* s_dq = &s.dq[wg][0][0];
+      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece: registers -> s.dq[wg] -> two TMA reduce-adds ----
+      // The piece goes to shared memory as two 64 x 32 halves in TMA's 128B-swizzled layout (16-byte unit u of row
+      // r at u ^ (r % 8): a warp's float2 stores hit each bank twice, the minimum for 256 bytes), and one thread
+      // adds each half into the accumulator with one cp.reduce.async.bulk.tensor (rows past seqlen_q clipped).
+      // (One bulk reduce-add per 256-byte row instead cost ~100 issue cycles per row on the critical path.)
+      // The previous tile's reduce-adds have read s.dq[wg]: its issuer waited before the dS-ready barrier.
+      char* s_dq = reinterpret_cast<char*>(&s.dq[wg][0][0][0]);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;
-        *reinterpret_cast<float2*>(s_dq + r * kDqPitch + c) = make_float2(acc_dq[i], acc_dq[i + 1]);
+        const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;  // c, c + 1 of 64
+        const int half = c / 32, unit = (c % 32) / 4;
+        *reinterpret_cast<float2*>(s_dq + half * (64 * 128) + r * 128 + ((unit ^ (r % 8)) * 16) + (c % 4) * 4) =
+            make_float2(acc_dq[i], acc_dq[i + 1]);
       }
-      fence_async_shared();  // generic-proxy stores -> bulk copy (async proxy) reads
+      fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
       int* semaphore = nullptr;
-      if (p.deterministic) {
+      if (p.deterministic && tid == 0) {
         // Warpgroups add into this (b, h, Q tile) in increasing n_block order; each visible (tile, n_block)
         // contributes one release per consumer warpgroup.
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
-        if (tid == 0) {
-          int expected = 0;
-          for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
-          while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
-        }
+        int expected = 0;
+        for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+        while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
+        fence_async_global();  // the acquired additions -> our TMA additions
       }
-      named_barrier_sync(kBarWg0 + wg, 128);  // the piece is in shared memory (and, deterministic, it is our turn)
-      if (warp == 0) {
-        if (p.deterministic) bulk::fence_proxy_async_global();  // the acquired additions -> our bulk additions
-        float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + dq_col0;
-        const int row0 = m0 + dq_row0;
+      named_barrier_sync(kBarWg0 + wg, 128);  // the whole piece is in shared memory
+      if (tid == 0) {
 #pragma unroll
-        for (int r = lane; r < 64; r += 32)
-          if (row0 + r < p.seqlen_q)
-            bulk::reduce_add_f32_elected(g_dq + static_cast<int64_t>(row0 + r) * kHeadDim, s_dq + r * kDqPitch,
-                                         64 * sizeof(float));
-        bulk::commit();
+        for (int half = 0; half < 2; ++half)
+          tma::reduce_add_4d(&P.tma_dq, dq_col0 + 32 * half, m0 + dq_row0, h, b, s_dq + half * (64 * 128));
+        tma::store_commit();
         if (p.deterministic) {
-          bulk::wait_all();                    // this lane's additions are performed
-          bulk::fence_proxy_async_global();    // ... and ordered before the generic-proxy release below
-          __syncwarp();
-          if (lane == 0) {
-            __threadfence();
-            red_release_gpu_add(semaphore, 1);
-          }
+          tma::store_wait_all();              // our additions are performed
+          fence_async_global();   // ... and ordered before the generic-proxy release below
+          __threadfence();
+          red_release_gpu_add(semaphore, 1);
         }
       }
       st.advance();
     }
 
-    if (warp == 0) bulk::wait_all();  // the last reduce-add has read s.dq[wg] before the CTA exits
+    if (tid == 0) tma::store_wait_read_all();  // the last reduce-adds have read s.dq[wg] before the CTA exits
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
     Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
