@@ -19,7 +19,8 @@ namespace flash4 {
 enum class Exp2Mode : int {
   kAuto = 0,
   kExact = 1,       // hardware / libm exp2 everywhere
-  kPolynomial = 2,  // FMA-pipe polynomial (FA4) for the elements the backend's pattern selects (CPU: all)
+  kPolynomial = 2,  // FMA-pipe polynomial (FA4) for the elements the backend's pattern selects (CPU: all;
+                    // GPU: the tile table's share, currently none: it measured slower on H200)
 };
 
 // Knobs for ablations and tests; defaults are what users want.
