@@ -12,6 +12,8 @@
 #            (scripts/device-python.sh)
 #   candidates - tile-table candidates at every seqlen (flash4_bench --candidates), the previous build's flash4
 #            (devbin/old/flash4_bench_old, if carried) and cuDNN, for choosing the forward tile table
+#   ab-bwd - backward A/B: this build's flash4_bench --backward against devbin/old/flash4_bench_old (another
+#            commit's build, carried) and cuDNN, for judging a backward change in one call
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
@@ -112,6 +114,17 @@ for stage in $STAGES; do
       fi
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn ${SDPA_ARGS:-} >>"$OUT/candidates.jsonl" 2>"$OUT/candidates-sdpa.err"
       python3 bench/compare.py "$OUT/candidates.jsonl" | tee "$OUT/candidates-table.txt"
+      ;;
+    ab-bwd)
+      "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/ab-bwd.jsonl" 2>"$OUT/ab-bwd.err"
+      summary+=("backward A/B (new): rc=$?")
+      if [[ -x devbin/old/flash4_bench_old ]]; then
+        devbin/old/flash4_bench_old --backward ${BENCH_ARGS:-} 2>/dev/null |
+          sed 's/"impl": "flash4/"impl": "old_flash4/' >>"$OUT/ab-bwd.jsonl"
+      fi
+      PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn ${SDPA_ARGS:-} >>"$OUT/ab-bwd.jsonl" \
+        2>"$OUT/ab-bwd-sdpa.err"
+      python3 bench/compare.py "$OUT/ab-bwd.jsonl" | tee "$OUT/ab-bwd-table.txt"
       ;;
     bench-bwd)
       "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/bench-bwd-flash4.jsonl" 2>"$OUT/bench-bwd-flash4.err"
