@@ -313,21 +313,26 @@ struct FwdKernel {
       if (lane == 0) mbarrier::arrive(empty);
     };
 
+    // S(n) = Q K(n)^T with nothing else in flight: issue, wait, hand K's stage (and after the tile's last S, Q) back.
+    auto compute_s_alone = [&](int n) {
+      mbarrier::wait(&s.k_full[st.stage], st.phase);
+      begin_turn();
+      wgmma::fence();
+      issue_qk(s, wg, st.stage, acc_s);
+      wgmma::commit_group();
+      end_turn();
+      wgmma::wait_group<0>();
+      wgmma::fence_operand(acc_s);
+      release(&s.k_empty[st.stage]);
+      if (n == range.n_min) release(&s.q_empty);  // the last S of this tile is done with Q
+    };
+
     if (num_tiles == 0) release(&s.q_empty);  // fully masked tile: Q is not read at all
     if (num_tiles > 0) {
       if constexpr (kIntraWgOverlap) {
         // Prologue: S(first) alone.
         int n = range.n_max;
-        mbarrier::wait(&s.k_full[st.stage], st.phase);
-        begin_turn();
-        wgmma::fence();
-        issue_qk(s, wg, st.stage, acc_s);
-        wgmma::commit_group();
-        end_turn();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(acc_s);
-        release(&s.k_empty[st.stage]);
-        if (n == range.n_min) release(&s.q_empty);  // the last S of this tile is done with Q
+        compute_s_alone(n);
         softmax_tile(n);  // first tile: O is zero, nothing to rescale
         convert_p(acc_s, p_frag);
         PipelineState<kStages> st_pv = st;  // stage whose V the pending P multiplies
@@ -367,16 +372,7 @@ struct FwdKernel {
         release(&s.v_empty[st_pv.stage]);
       } else {
         for (int n = range.n_max; n >= range.n_min; --n) {
-          mbarrier::wait(&s.k_full[st.stage], st.phase);
-          begin_turn();
-          wgmma::fence();
-          issue_qk(s, wg, st.stage, acc_s);
-          wgmma::commit_group();
-          end_turn();
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(acc_s);
-          release(&s.k_empty[st.stage]);
-          if (n == range.n_min) release(&s.q_empty);
+          compute_s_alone(n);
           if (softmax_tile(n)) rescale_o(acc_o, factor);
           convert_p(acc_s, p_frag);
           mbarrier::wait(&s.v_full[st.stage], st.phase);
