@@ -27,6 +27,15 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem, uint32_t l
   return desc;
 }
 
+// The descriptor of the same operand `bytes` further on (a multiple of 16): the address field holds addr >> 4 and
+// shared-memory addresses stay below 2^18, so the add never carries out of it.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// Hides a descriptor's value from the compiler's loop-invariant code motion: the k-step descriptors derived from
+// it with desc_advance are recomputed where they are used (one add each) instead of all being hoisted out of the
+// tile loop into registers, where they get spilled.
+__device__ __forceinline__ void desc_opaque(uint64_t& desc) { asm volatile("" : "+l"(desc)); }
+
 // Order this warpgroup's register/shared-memory accesses before the next wgmma reads its operands.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

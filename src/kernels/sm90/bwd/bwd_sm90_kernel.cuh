@@ -11,6 +11,7 @@
 //     S^T  = K_w Q^T       wgmma SS, 64 x kBlockM: A = K (K-major: d contiguous), B = Q (K-major)
 //     dP^T = V_w dO^T      wgmma SS, same shapes with V, dO
 //     P^T  = exp2(S^T * scale * log2e - LSE * log2e) masked; dS^T = P^T (dP^T - D) [* (1 - tanh^2) with softcap]
+//                          (without softcap P^T is computed while dP^T is still running, and dV issued before dS^T)
 //     dV  += P^T dO        wgmma RS: A = P^T from registers (the accumulator layout is the A fragment layout with
 //                          k = queries), B = dO (MN-major: d contiguous, transposed)
 //     dK  += dS^T Q        wgmma RS, same with dS^T and Q
@@ -156,7 +157,13 @@ struct BwdWgmmaKernel {
       if (threadIdx.x < 32) produce(P, s, n_block, hkv, b, range);
     } else {
       setmaxnreg_inc<240>();
-      consume(P, s, warpgroup - 1, n_block, hkv, b, range);
+      // Softcap changes the element-wise pass and its pipelining; one loop per case keeps each loop's register
+      // allocation to its own live values (one loop with both made ptxas serialize the wgmmas).
+      if (P.p.softcap > 0.0f) {
+        consume<true>(P, s, warpgroup - 1, n_block, hkv, b, range);
+      } else {
+        consume<false>(P, s, warpgroup - 1, n_block, hkv, b, range);
+      }
     }
   }
 
@@ -202,45 +209,77 @@ struct BwdWgmmaKernel {
     }
   }
 
-  // P^T = exp2(S^T * scale * log2e - LSE * log2e) (masked) into acc_s, dS^T = P^T (dP^T - D) [* (1 - tanh^2)] into
-  // acc_dp, in place. Element i of the accumulators is key row key_row + 8 ((i / 2) % 2), query 8 (i / 4) + 2 t
-  // + (i % 2) of the tile starting at m0.
-  template <bool kSoftcap>
-  static __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const SharedStorage& s, int stage,
-                                                           float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
-                                                           bool need_mask, int key_row, int m0, int t) {
+  // Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
+  // P^T of one element: exp2(score * log2e - LSE * log2e), 0 where the mask (or the key tail) hides the key.
+  static __device__ __forceinline__ float masked_prob(const BwdParams& p, float score_log2, float lse_log2,
+                                                      bool need_mask, int key_row, int m0, int t, int i) {
+    float prob = exp2f(score_log2 - lse_log2);
+    if (need_mask) {
+      const int j = key_row + 8 * ((i / 2) % 2);
+      const int q = m0 + 8 * (i / 4) + 2 * t + (i % 2);
+      bool visible = j < p.seqlen_k;
+      if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
+      if (!visible) prob = 0.0f;
+    }
+    return prob;
+  }
+
+  // Without softcap P^T and dS^T are two passes, so that the exps run while dP^T is still on the tensor cores:
+  // P^T in place in acc_s ...
+  static __device__ __forceinline__ void probs(const BwdParams& p, const SharedStorage& s, int stage,
+                                               float (&acc_s)[kBlockM / 2], bool need_mask, int key_row, int m0, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const int col = 8 * jn + 2 * t;  // query within the tile of elements 4 jn + 0 / 2; +1 for + 1 / 3
-      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][col]);
-      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][col]);
+      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * jn + e;
-        const float x = acc_s[i];
-        float score_log2, dscore = 1.0f;
-        if constexpr (kSoftcap) {
-          const float th = tanh_accurate(x * p.softcap_pre_scale);
-          score_log2 = p.softcap_log2 * th;
-          dscore = 1.0f - th * th;
-        } else {
-          score_log2 = x * p.scale_log2;
-        }
-        float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
-        if (need_mask) {
-          const int j = key_row + 8 * (e >> 1);
-          const int q = m0 + col + (e & 1);
-          bool visible = j < p.seqlen_k;
-          if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
-          if (!visible) prob = 0.0f;
-        }
+        acc_s[i] = masked_prob(p, acc_s[i] * p.scale_log2, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0, t, i);
+      }
+    }
+  }
+  // ... and, once dP^T is in, dS^T = P^T (dP^T - D) in place in acc_dp, with P^T read back from the 16-bit A
+  // fragments of dV: keeping the fp32 P^T live across the dP^T wait made ptxas serialize the wgmmas for lack of
+  // registers. (The extra rounding of P^T is below the 16-bit rounding dS^T gets for its own matmuls.)
+  static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage,
+                                                 const uint32_t (&p_frag)[kBlockM / 16][4], float (&acc_dp)[kBlockM / 2],
+                                                 int t) {
+#pragma unroll
+    for (int jn = 0; jn < kBlockM / 8; ++jn) {
+      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {  // elements 4 jn + 2 pair + {0, 1}: one 16-bit pair of p_frag
+        const int i = 4 * jn + 2 * pair;
+        const float2 prob = unpack2<Element>(p_frag[i / 8][(i % 8) / 2]);
+        acc_dp[i] = prob.x * (acc_dp[i] - dsum2.x);
+        acc_dp[i + 1] = prob.y * (acc_dp[i + 1] - dsum2.y);
+      }
+    }
+  }
+  // With softcap, one pass after both matmuls: dS^T also needs each element's tanh derivative, which would
+  // otherwise stay in registers across the dP^T wait. score = cap tanh(S scale / cap), dS^T = P^T (dP^T - D)
+  // (1 - tanh^2).
+  static __device__ __forceinline__ void probs_and_dscores_softcap(const BwdParams& p, const SharedStorage& s,
+                                                                   int stage, float (&acc_s)[kBlockM / 2],
+                                                                   float (&acc_dp)[kBlockM / 2], bool need_mask,
+                                                                   int key_row, int m0, int t) {
+#pragma unroll
+    for (int jn = 0; jn < kBlockM / 8; ++jn) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
+      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * jn + e;
+        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
+        const float prob =
+            masked_prob(p, p.softcap_log2 * th, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0, t, i);
         acc_s[i] = prob;
-        const float ds = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x));
-        acc_dp[i] = kSoftcap ? ds * dscore : ds;
+        acc_dp[i] = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x)) * (1.0f - th * th);
       }
     }
   }
 
+  template <bool kSoftcap>
   static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
                                                  int hkv, int b, QRange range) {
     const BwdParams& p = P.p;
@@ -249,7 +288,6 @@ struct BwdWgmmaKernel {
     const int n0 = n_block * kBlockN;
     const int key_row = n0 + wg * 64 + warp * 16 + g;  // keys of accumulator rows: key_row and key_row + 8
     const int iterations = p.group * range.m_count;
-    const bool softcap = p.softcap > 0.0f;
     // This warpgroup's dQ piece: rows dq_row0 .. +63 of the Q tile, columns dq_col0 .. +63.
     constexpr bool kSplitRows = Tile::kDqSplitRows;
     const int dq_row0 = kSplitRows ? wg * 64 : 0;
@@ -276,25 +314,37 @@ struct BwdWgmmaKernel {
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
 
-      // ---- S^T = K_w Q^T, dP^T = V_w dO^T: 64 keys x kBlockM queries, k = head dim ----
+      // Operand descriptors of this tile: one base per operand, each k-step an offset from it (chunks of 64
+      // columns are rows * 128 bytes apart; a K-major k-step moves 32 bytes, an MN-major one 16 rows = 2048).
+      const int buf = it & 1;  // dS buffer
+      uint64_t k_base = wgmma::make_desc_sw128(&s.k[0][wg * 64][0], 16, 1024);
+      uint64_t v_base = wgmma::make_desc_sw128(&s.v[0][wg * 64][0], 16, 1024);
+      uint64_t q_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], 16, 1024);
+      uint64_t do_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], 16, 1024);
+      uint64_t q_mn_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], kBlockM * 128, 1024);
+      uint64_t do_mn_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], kBlockM * 128, 1024);
+      uint64_t ds_base = wgmma::make_desc_sw128(&s.ds[buf][0][dq_row0][0], 16, 1024);
+      uint64_t k_mn_base = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][0][0], kBlockN * 128, 1024);
+      for (uint64_t* d : {&k_base, &v_base, &q_base, &do_base, &q_mn_base, &do_mn_base, &ds_base, &k_mn_base})
+        wgmma::desc_opaque(*d);
+      auto k_major_step = [](int ks, int rows) { return static_cast<uint32_t>((ks / 4) * rows * 128 + (ks % 4) * 32); };
+      constexpr uint32_t kMnStep = 16 * 128;
+
+      // ---- S^T = K_w Q^T, then dP^T = V_w dO^T: 64 keys x kBlockM queries, k = head dim; one group each ----
       float acc_s[kBlockM / 2], acc_dp[kBlockM / 2];
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[ks / 4][wg * 64][(ks % 4) * 16], 16, 1024);
-        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
-        wgmma::mma_ss<kBlockM, 0, Element>(acc_s, desc_k, desc_q, ks > 0);
-      }
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[ks / 4][wg * 64][(ks % 4) * 16], 16, 1024);
-        const uint64_t desc_do = wgmma::make_desc_sw128(&s.dout[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
-        wgmma::mma_ss<kBlockM, 0, Element>(acc_dp, desc_v, desc_do, ks > 0);
+        wgmma::mma_ss<kBlockM, 0, Element>(acc_s, wgmma::desc_advance(k_base, k_major_step(ks, kBlockN)),
+                                           wgmma::desc_advance(q_base, k_major_step(ks, kBlockM)), ks > 0);
       }
       wgmma::commit_group();
-      wgmma::wait_group<0>();
-      wgmma::fence_operand(acc_s);
-      wgmma::fence_operand(acc_dp);
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        wgmma::mma_ss<kBlockM, 0, Element>(acc_dp, wgmma::desc_advance(v_base, k_major_step(ks, kBlockN)),
+                                           wgmma::desc_advance(do_base, k_major_step(ks, kBlockM)), ks > 0);
+      }
+      wgmma::commit_group();
 
       // ---- P^T and dS^T in place; masks only where the tile is cut by the band or the key tail ----
       bool need_mask = n0 + kBlockN > p.seqlen_k;
@@ -303,39 +353,52 @@ struct BwdWgmmaKernel {
         const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
         need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
       }
-      // Two copies of the element-wise pass: the softcap one needs more registers (tanh, its derivative), and a
-      // runtime branch per element made ptxas keep both paths' values live.
-      if (softcap) {
-        probs_and_dscores<true>(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
-      } else {
-        probs_and_dscores<false>(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
-      }
       // Accumulators -> A fragments (k = queries): k-step j takes elements 8j .. 8j + 7 in order.
       uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
+      auto convert = [](const float (&acc)[kBlockM / 2], uint32_t (&frag)[kBlockM / 16][4]) {
 #pragma unroll
-      for (int j = 0; j < kBlockM / 16; ++j)
+        for (int j = 0; j < kBlockM / 16; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          p_frag[j][r] = pack2<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
-          ds_frag[j][r] = pack2<Element>(acc_dp[8 * j + 2 * r], acc_dp[8 * j + 2 * r + 1]);
+          for (int r = 0; r < 4; ++r) frag[j][r] = pack2<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
+      };
+      // dV += P^T dO: 64 keys x d, k = kBlockM queries; B MN-major.
+      auto issue_dv = [&] {
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kBlockM / 16; ++ks) {
+          wgmma::mma_rs<kHeadDim, 1, Element>(acc_dv, p_frag[ks], wgmma::desc_advance(do_mn_base, ks * kMnStep), true);
         }
+        wgmma::commit_group();
+      };
+      if constexpr (!kSoftcap) {
+        // The exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before dS^T.
+        wgmma::wait_group<1>();  // S^T is in
+        wgmma::fence_operand(acc_s);
+        probs(p, s, stage, acc_s, need_mask, key_row, m0, t);
+        convert(acc_s, p_frag);
+        issue_dv();
+        wgmma::wait_group<1>();  // dP^T is in (dV may still run)
+        wgmma::fence_operand(acc_dp);
+        dscores(s, stage, p_frag, acc_dp, t);
+      } else {
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_s);
+        wgmma::fence_operand(acc_dp);
+        probs_and_dscores_softcap(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
+        convert(acc_s, p_frag);
+        issue_dv();
+      }
+      convert(acc_dp, ds_frag);
 
-      // ---- dV += P^T dO, dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
+      // ---- dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        const uint64_t desc_do = wgmma::make_desc_sw128(&s.dout[stage][0][ks * 16][0], kBlockM * 128, 1024);
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dv, p_frag[ks], desc_do, true);
-      }
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[stage][0][ks * 16][0], kBlockM * 128, 1024);
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], desc_q, true);
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], wgmma::desc_advance(q_mn_base, ks * kMnStep), true);
       }
       wgmma::commit_group();
 
       // ---- dS (queries x this warpgroup's 64 keys) to shared while dV / dK run ----
-      const int buf = it & 1;
       const uint32_t s_ds = smem_addr(&s.ds[buf][wg][0][0]) + st_off;
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
@@ -350,9 +413,8 @@ struct BwdWgmmaKernel {
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        const uint64_t desc_ds = wgmma::make_desc_sw128(&s.ds[buf][ks / 4][dq_row0][(ks % 4) * 16], 16, 1024);
-        const uint64_t desc_kt = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][ks * 16][0], kBlockN * 128, 1024);
-        wgmma::mma_ss<64, 1, Element>(acc_dq, desc_ds, desc_kt, ks > 0);
+        wgmma::mma_ss<64, 1, Element>(acc_dq, wgmma::desc_advance(ds_base, k_major_step(ks, kBlockM)),
+                                      wgmma::desc_advance(k_mn_base, ks * kMnStep), ks > 0);
       }
       wgmma::commit_group();
 
