@@ -101,7 +101,8 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
 }
 
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
-  const sm90::FwdTileConfig cfg = sm90::fwd_tile_config(static_cast<int>(p.head_dim), p.has_mask());
+  const sm90::FwdTileConfig cfg = sm90::fwd_tile_config_for(static_cast<int>(p.head_dim), p.has_mask(),
+                                                            static_cast<int>(p.seqlen_q));
   return make_fwd_params(args, p, cfg.block_m, cfg.block_n);
 }
 

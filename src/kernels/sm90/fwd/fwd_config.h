@@ -5,7 +5,8 @@
 // three consumer warpgroups of 64 query rows each; setmaxnreg moves the registers to the consumers.
 //  * d = 64:  three consumers (block_m 192, 160 registers each): S (64 regs) + P (32) + O (32) still fit, and
 //             the third warpgroup gives each scheduler a third warp to hide the softmax's latency (the d = 64
-//             softmax is as long as its matmuls). K/V tiles are small (16 KB), so a 3-deep ring.
+//             softmax is as long as its matmuls). K/V tiles are small (16 KB), so a 3-deep ring. Short masked
+//             problems use 128 x 128 instead (fwd_short_tile_config below).
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
 //  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
@@ -37,6 +38,23 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   if (head_dim <= 64) return {192, 128, 3, 0, true, false};
   if (head_dim <= 128) return {128, 128, 2, 0, true, false};
   return {128, 64, 2, 0, true, false};
+}
+
+// Short masked problems at d = 64 (seqlen_q <= 1024): the 192-row tile wastes more of the short diagonal tiles
+// than it gains, and two consumers on 128 x 128 measured 1.14-1.20x faster at 512 and 1k (causal; 0.96-1.01x
+// at 2k; bench/results/2026-11-29-h200-tile-candidates.json). Compiled as a second kernel of that configuration.
+constexpr bool fwd_has_short_config(int head_dim, bool masked) { return head_dim <= 64 && masked; }
+constexpr FwdTileConfig fwd_short_tile_config(int head_dim) {
+  (void)head_dim;
+  return {128, 128, 3, 0, true, false};
+}
+constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
+  return fwd_has_short_config(head_dim, masked) && seqlen_q <= 1024;
+}
+// The configuration a problem runs with.
+constexpr FwdTileConfig fwd_tile_config_for(int head_dim, bool masked, int seqlen_q) {
+  return fwd_use_short_config(head_dim, masked, seqlen_q) ? fwd_short_tile_config(head_dim)
+                                                          : fwd_tile_config(head_dim, masked);
 }
 
 // Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent wins

@@ -52,12 +52,13 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
 // (the library compiles the defaults only). -1 / 0 = take the table's value.
 template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, int kPersistent = -1,
-          int kBlockM = 0, int kBlockN = 0>
+          int kBlockM = 0, int kBlockN = 0, bool kShortTiles = false>
 struct FwdVariant {
   static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
   // 1: one CTA per SM claiming tiles; 0: one CTA per tile; -1: the launch rule (fwd_launch_persistent)
   static constexpr int persistent = kPersistent;
   static constexpr int block_m = kBlockM, block_n = kBlockN;
+  static constexpr bool short_tiles = kShortTiles;  // start from fwd_short_tile_config instead of the table
 };
 
 // The table's configuration with a variant's overrides applied.
@@ -74,7 +75,8 @@ constexpr FwdTileConfig apply_variant(FwdTileConfig c) {
 
 template <class Element, int kHeadDim, bool kMasked, class Variant = FwdVariant<>>
 struct FwdKernel {
-  static constexpr FwdTileConfig kCfg = apply_variant<Variant>(fwd_tile_config(kHeadDim, kMasked));
+  static constexpr FwdTileConfig kCfg = apply_variant<Variant>(
+      Variant::short_tiles ? fwd_short_tile_config(kHeadDim) : fwd_tile_config(kHeadDim, kMasked));
   static constexpr int kBlockM = kCfg.block_m;
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr bool kIntraWgOverlap = kCfg.intra_wg_overlap;

@@ -51,8 +51,16 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   FLASH4_CUDA_CHECK(launch_status);
 }
 
+// The library's kernels: the table's configuration, or its short-problem one (fwd_config.h; the parameters
+// were built for the same choice by make_fwd_params).
 template <class Element, int kHeadDim, bool kMasked>
 void launch_forward(const FwdParams& params, cudaStream_t stream) {
+  if constexpr (fwd_has_short_config(kHeadDim, kMasked)) {
+    if (fwd_use_short_config(kHeadDim, kMasked, params.seqlen_q)) {
+      using Short = FwdVariant<-1, -1, 0, -1, -1, 0, 0, /*short_tiles=*/true>;
+      return launch_forward_variant<Element, kHeadDim, kMasked, Short>(params, stream);
+    }
+  }
   launch_forward_variant<Element, kHeadDim, kMasked, FwdVariant<>>(params, stream);
 }
 

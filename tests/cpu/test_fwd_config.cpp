@@ -1,0 +1,62 @@
+// The Hopper forward's tile table (src/kernels/sm90/fwd/fwd_config.h) is plain constexpr data shared by the host
+// dispatch and the kernel; these checks run on any machine, so a table edit that breaks a hardware budget or the
+// host/kernel agreement fails CI rather than a launch on the H200.
+#include <gtest/gtest.h>
+
+#include "kernels/sm90/fwd/fwd_config.h"
+
+namespace flash4::sm90 {
+namespace {
+
+constexpr int kSmemLimit = 232448;  // per-block opt-in maximum of sm_90
+constexpr int kHeadDims[] = {64, 128, 256};
+
+void check_config(const FwdTileConfig& c, int head_dim) {
+  SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", tile " + std::to_string(c.block_m) + " x " +
+               std::to_string(c.block_n));
+  EXPECT_EQ(c.block_m % 64, 0) << "64 query rows per consumer warpgroup";
+  const int consumers = fwd_consumer_warpgroups(c);
+  EXPECT_TRUE(consumers == 2 || consumers == 3);
+  EXPECT_EQ(fwd_threads(c), 128 * (1 + consumers));
+  EXPECT_EQ(c.block_n % 16, 0) << "wgmma N and the P V k-steps";
+  EXPECT_LE(c.block_n, 256) << "TMA box rows";
+  EXPECT_LE(c.block_m, 256) << "TMA box rows";
+  EXPECT_GE(c.stages, 2) << "the K/V ring needs two slots to overlap loads";
+  EXPECT_LE(fwd_smem_bytes(c, head_dim), kSmemLimit);
+  EXPECT_TRUE(c.poly_exp2_per_8 >= 0 && c.poly_exp2_per_8 < 8) << "the last exp of every 8 stays on MUFU";
+  // Accumulator registers per consumer thread: O (d / 2) + S (block_n / 2) + P (block_n / 4) must leave room
+  // in the setmaxnreg budget (240 with two consumers, 160 with three).
+  const int accumulators = head_dim / 2 + c.block_n / 2 + c.block_n / 4;
+  EXPECT_LE(accumulators, consumers == 3 ? 160 - 24 : 240 - 48);
+}
+
+TEST(FwdConfig, EveryTableEntryFitsTheHardware) {
+  for (int d : kHeadDims) {
+    for (bool masked : {false, true}) check_config(fwd_tile_config(d, masked), d);
+    if (fwd_has_short_config(d, true)) check_config(fwd_short_tile_config(d), d);
+  }
+}
+
+TEST(FwdConfig, ShortConfigOnlyWhereCompiledAndOnlyForShortMaskedProblems) {
+  for (int d : kHeadDims) {
+    EXPECT_FALSE(fwd_use_short_config(d, false, 512)) << "unmasked problems always use the table";
+    EXPECT_FALSE(fwd_use_short_config(d, true, 1 << 20)) << "long problems always use the table";
+    for (int sq : {1, 512, 1024, 1025, 4096}) {
+      const bool short_cfg = fwd_use_short_config(d, true, sq);
+      if (short_cfg) EXPECT_TRUE(fwd_has_short_config(d, true));
+      const FwdTileConfig chosen = fwd_tile_config_for(d, true, sq);
+      const FwdTileConfig expected = short_cfg ? fwd_short_tile_config(d) : fwd_tile_config(d, true);
+      EXPECT_EQ(chosen.block_m, expected.block_m);
+      EXPECT_EQ(chosen.block_n, expected.block_n);
+    }
+  }
+}
+
+TEST(FwdConfig, PersistentForUnmaskedAndShortMaskedProblems) {
+  EXPECT_TRUE(fwd_launch_persistent(false, 1 << 20));
+  EXPECT_TRUE(fwd_launch_persistent(true, 2048));
+  EXPECT_FALSE(fwd_launch_persistent(true, 2049));
+}
+
+}  // namespace
+}  // namespace flash4::sm90
