@@ -7,6 +7,7 @@
 //                         LSE * log2e and D (plain loads by the 32 lanes into shared memory, +inf / 0 past the
 //                         end of the sequence). `full` completes on the TMA bytes plus 32 lane arrivals; `empty`
 //                         on one arrival per consumer warp.
+//   warpgroup 0, warp 1   dQ writer (one thread, write_dq): adds each staged dQ piece into the accumulator.
 //   warpgroups 1, 2       consumers; warpgroup w owns keys 64w .. 64w + 63 of the CTA. Per Q tile:
 //     S^T  = K_w Q^T       wgmma SS, 64 x kBlockM: A = K (K-major: d contiguous), B = Q (K-major)
 //     dP^T = V_w dO^T      wgmma SS, same shapes with V, dO
@@ -19,12 +20,13 @@
 //                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
 //                          one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
-//                          computes a 64 x 64 piece (bwd_sm90_config.h), stores it to shared (fp32, 128B swizzle)
-//                          and one thread adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
-//                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each); the warpgroup goes on.
-//                          In deterministic mode a per-(b, h, Q tile) semaphore orders the CTAs' additions by
-//                          n_block (each warpgroup adds 1 when its piece is in). Non-deterministic CTAs start their
-//                          Q loop at different tiles (QRange) so that they do not add into the same rows at once.
+//                          computes a 64 x 64 piece (bwd_sm90_config.h) and stages it in shared memory (fp32,
+//                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers at d = 128, 1 at d = 64); the dQ
+//                          writer adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
+//                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each). In deterministic mode a
+//                          per-(b, h, Q tile) semaphore orders the CTAs' additions by n_block; the writer's waits
+//                          on it stall only the writer. Non-deterministic CTAs start their Q loop at different
+//                          tiles (QRange) so that they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
 //   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
 //
@@ -79,9 +81,11 @@ struct BwdWgmmaKernel {
   static constexpr int kChunks = Tile::kChunks, kConsumers = Tile::kConsumers, kThreads = Tile::kThreads;
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
-  // Named barriers: one per consumer warpgroup (deterministic-mode hand-off) and one for both ("dS written").
-  static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
+  // Named barrier of both consumer warpgroups: "both halves of dS written".
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
+  // dQ staging buffers per consumer warpgroup (the dQ warp adds one while the consumers fill the next). d = 64
+  // has room for one only (its 128-row Q tiles double the dS buffers).
+  static constexpr int kDqBuffers = kHeadDim >= 128 ? 2 : 1;
 
 
   struct SharedStorage {
@@ -90,13 +94,15 @@ struct BwdWgmmaKernel {
     alignas(1024) Element q[kStages][kChunks][kBlockM][64];    // 128B swizzle; B of S^T (K-major), B of dK (MN-major)
     alignas(1024) Element dout[kStages][kChunks][kBlockM][64]; // 128B swizzle; B of dP^T (K-major), B of dV (MN-major)
     alignas(1024) Element ds[2][kConsumers][kBlockM][64];      // dS rows (queries), chunk w = keys 64w..; A of dQ
-    alignas(1024) float dq[kConsumers][2][64][32];             // each warpgroup's 64 x 64 dQ piece (fp32) as two
+    alignas(1024) float dq[kDqBuffers][kConsumers][2][64][32]; // each warpgroup's 64 x 64 dQ piece (fp32) as two
                                                                // 32-column halves, 128B swizzle (TMA reduce source)
     float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
     float dsum[kStages][kBlockM];  // D = rowsum(dO * O), 0 past the sequence
     uint64_t kv_full;
     uint64_t full[kStages];
     uint64_t empty[kStages];
+    uint64_t dq_full[kDqBuffers][kConsumers];   // a warpgroup's piece is staged (one arrival per warp)
+    uint64_t dq_empty[kDqBuffers][kConsumers];  // the dQ warp's reduce-adds have read it
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
@@ -147,6 +153,11 @@ struct BwdWgmmaKernel {
         mbarrier::init(&s.full[i], 1 + 32);             // the TMA issue (+ bytes) and 32 LSE / D lanes
         mbarrier::init(&s.empty[i], kConsumers * 4);    // one arrival per consumer warp
       }
+      for (int i = 0; i < kDqBuffers; ++i)
+        for (int w = 0; w < kConsumers; ++w) {
+          mbarrier::init(&s.dq_full[i][w], 4);
+          mbarrier::init(&s.dq_empty[i][w], 1);
+        }
       mbarrier::fence_init();
     }
     __syncthreads();
@@ -155,6 +166,7 @@ struct BwdWgmmaKernel {
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
       if (threadIdx.x < 32) produce(P, s, n_block, hkv, b, range);
+      else if (threadIdx.x == 32) write_dq(P, s, n_block, hkv, b, range);
     } else {
       setmaxnreg_inc<240>();
       // Softcap changes the element-wise pass and its pipelining; one loop per case keeps each loop's register
@@ -206,6 +218,53 @@ struct BwdWgmmaKernel {
       }
       mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
       st.advance();
+    }
+  }
+
+  // The dQ warp (one thread): adds each consumer warpgroup's staged 64 x 64 piece into the fp32 (b, h, sq, d)
+  // accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor, 64 x 32 floats each; rows past seqlen_q
+  // are clipped), in the consumers' tile order. Deterministic mode first waits on the (b, h, Q tile) semaphore for
+  // the pieces of every lower n_block, then waits for its own additions to complete and releases. Those waits
+  // (~1-2 us each) stall only this thread, not the warpgroups' matmuls.
+  static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
+                                                  int b, QRange range) {
+    const BwdParams& p = P.p;
+    constexpr bool kSplitRows = Tile::kDqSplitRows;
+    const int iterations = p.group * range.m_count;
+    PipelineState<kDqBuffers> buf;
+    for (int it = 0; it < iterations; ++it) {
+      const int h = hkv * p.group + it / range.m_count;
+      const int m_block = range.m_block(it % range.m_count);
+      int* semaphore = nullptr;
+      if (p.deterministic) {
+        semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
+        // Each visible (Q tile, lower n_block) contributes one release per consumer warpgroup.
+        int expected = 0;
+        for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+        while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
+        fence_async_global();  // the acquired additions -> our TMA additions
+      }
+#pragma unroll
+      for (int w = 0; w < kConsumers; ++w) {
+        mbarrier::wait(&s.dq_full[buf.stage][w], buf.phase);
+        const char* piece = reinterpret_cast<const char*>(&s.dq[buf.stage][w][0][0][0]);
+        const int row0 = m_block * kBlockM + (kSplitRows ? w * 64 : 0), col0 = kSplitRows ? 0 : w * 64;
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, row0, h, b, piece + half * (64 * 128));
+        tma::store_commit();
+      }
+      if (p.deterministic) {
+        tma::store_wait_all();             // our additions are performed
+        fence_async_global();              // ... and ordered before the generic-proxy release below
+        __threadfence();
+        red_release_gpu_add(semaphore, kConsumers);
+      } else {
+        tma::store_wait_read_all();        // the pieces may be overwritten
+      }
+#pragma unroll
+      for (int w = 0; w < kConsumers; ++w) mbarrier::arrive(&s.dq_empty[buf.stage][w]);
+      buf.advance();
     }
   }
 
@@ -307,6 +366,7 @@ struct BwdWgmmaKernel {
 
     if (iterations > 0) mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
+    PipelineState<kDqBuffers> dq_buf;
     for (int it = 0; it < iterations; ++it) {
       const int h = hkv * p.group + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
@@ -403,9 +463,6 @@ struct BwdWgmmaKernel {
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
       fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
-      // The previous tile's reduce-adds (issued by thread 0, long done by now) have read s.dq[wg]: the barrier
-      // below orders this tile's writes of s.dq[wg] after that.
-      if (tid == 0) tma::store_wait_read_all();
       named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
 
       // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major ----
@@ -431,13 +488,11 @@ struct BwdWgmmaKernel {
       wgmma::wait_group<0>();
       wgmma::fence_operand(acc_dq);
 
-      // ---- dQ accumulator (fp32, (b, h, sq, d)) += piece: registers -> s.dq[wg] -> two TMA reduce-adds ----
-      // The piece goes to shared memory as two 64 x 32 halves in TMA's 128B-swizzled layout (16-byte unit u of row
-      // r at u ^ (r % 8): a warp's float2 stores hit each bank twice, the minimum for 256 bytes), and one thread
-      // adds each half into the accumulator with one cp.reduce.async.bulk.tensor (rows past seqlen_q clipped).
-      // (One bulk reduce-add per 256-byte row instead cost ~100 issue cycles per row on the critical path.)
-      // The previous tile's reduce-adds have read s.dq[wg]: its issuer waited before the dS-ready barrier.
-      char* s_dq = reinterpret_cast<char*>(&s.dq[wg][0][0][0]);
+      // ---- dQ piece -> s.dq[buffer][wg] (fp32, TMA's 128B-swizzled layout: two 64 x 32 halves, 16-byte unit u
+      // of row r at u ^ (r % 8), so a warp's float2 stores hit each bank twice, the minimum for 256 bytes); the
+      // dQ warp adds it into the accumulator. ----
+      mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
+      char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;  // c, c + 1 of 64
@@ -446,33 +501,11 @@ struct BwdWgmmaKernel {
             make_float2(acc_dq[i], acc_dq[i + 1]);
       }
       fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
-      int* semaphore = nullptr;
-      if (p.deterministic && tid == 0) {
-        // Warpgroups add into this (b, h, Q tile) in increasing n_block order; each visible (tile, n_block)
-        // contributes one release per consumer warpgroup.
-        semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
-        int expected = 0;
-        for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
-        while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
-        fence_async_global();  // the acquired additions -> our TMA additions
-      }
-      named_barrier_sync(kBarWg0 + wg, 128);  // the whole piece is in shared memory
-      if (tid == 0) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          tma::reduce_add_4d(&P.tma_dq, dq_col0 + 32 * half, m0 + dq_row0, h, b, s_dq + half * (64 * 128));
-        tma::store_commit();
-        if (p.deterministic) {
-          tma::store_wait_all();              // our additions are performed
-          fence_async_global();   // ... and ordered before the generic-proxy release below
-          __threadfence();
-          red_release_gpu_add(semaphore, 1);
-        }
-      }
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(&s.dq_full[dq_buf.stage][wg]);
+      dq_buf.advance();
       st.advance();
     }
-
-    if (tid == 0) tma::store_wait_read_all();  // the last reduce-adds have read s.dq[wg] before the CTA exits
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
     Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
