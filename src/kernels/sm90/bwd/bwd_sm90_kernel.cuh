@@ -24,7 +24,8 @@
 //                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers at d = 128, 1 at d = 64); the dQ
 //                          writer adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
 //                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each). In deterministic mode a
-//                          per-(b, h, Q tile) semaphore orders the CTAs' additions by n_block; the writer's waits
+//                          per-(b, h, Q tile) semaphore orders the CTAs' additions by decreasing n_block (shortest
+//                          first under a causal mask; launched highest n_block first); the writer's waits
 //                          on it stall only the writer. Non-deterministic CTAs start their Q loop at different
 //                          tiles (QRange) so that they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
@@ -116,8 +117,8 @@ struct BwdWgmmaKernel {
   // Starting each CTA at the Q tile "aligned" with its key tile, n_block * m_blocks / n_blocks (spread evenly over
   // the Q tiles), keeps concurrent CTAs on different rows. For causal and other banded masks that start tile is
   // usually m_lo already (ranges are staggered by the mask), so the order there is unchanged.
-  // Deterministic mode does not rotate: its semaphores add in increasing n_block order (a CTA waits only on CTAs
-  // of lower block index, which are already resident), and an unrotated loop meets them in that order.
+  // Deterministic mode does not rotate: its semaphores add in decreasing n_block order (a CTA waits only on CTAs
+  // of lower block index, which are already resident, see run()), and an unrotated loop meets them in that order.
   struct QRange {
     int m_lo, m_count, m_first;
     // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
@@ -161,7 +162,12 @@ struct BwdWgmmaKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int n_block = static_cast<int>(blockIdx.x), hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    // Deterministic mode adds into each Q tile in decreasing n_block order and launches the highest n_block first
+    // (blockIdx.x 0): a CTA only ever waits on CTAs of lower block index, which are resident or done, and with
+    // a causal mask the short key tiles near the diagonal (which start at late Q tiles) add first instead of
+    // waiting for n_block 0 to get there (shortest first).
+    const int n_block = P.p.deterministic ? P.p.n_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const QRange range = q_range(P.p, n_block);
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
@@ -238,9 +244,9 @@ struct BwdWgmmaKernel {
       int* semaphore = nullptr;
       if (p.deterministic) {
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
-        // Each visible (Q tile, lower n_block) contributes one release per consumer warpgroup.
+        // Each visible (Q tile, higher n_block) contributes one release per consumer warpgroup (see run()).
         int expected = 0;
-        for (int n = 0; n < n_block; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+        for (int n = n_block + 1; n < p.n_blocks; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
         while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
         fence_async_global();  // the acquired additions -> our TMA additions
       }
