@@ -229,9 +229,9 @@ struct BwdWgmmaKernel {
 
   // The dQ warp (one thread): adds each consumer warpgroup's staged 64 x 64 piece into the fp32 (b, h, sq, d)
   // accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor, 64 x 32 floats each; rows past seqlen_q
-  // are clipped), in the consumers' tile order. Deterministic mode first waits on the (b, h, Q tile) semaphore for
-  // the pieces of every lower n_block, then waits for its own additions to complete and releases. Those waits
-  // (~1-2 us each) stall only this thread, not the warpgroups' matmuls.
+  // are clipped), in the consumers' tile order. Deterministic mode first waits on the (b, h, Q tile) semaphore
+  // for the pieces of every higher n_block (see run()), then waits for its own additions to complete and
+  // releases. Those waits (~1-2 us each) stall only this thread, not the warpgroups' matmuls.
   static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
                                                   int b, QRange range) {
     const BwdParams& p = P.p;
