@@ -134,8 +134,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, BackwardWgmmaShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(DType::kBFloat16, DType::kFloat16)),
                          mask_dtype_name);
 
-// head_dim 256 (always the mma.sync kernel, two CTAs per 64-key tile, one per 128-column half of dK, dV, dQ):
-// one query, one key, tails on both sides of a 64-row tile (129), seqlen_q > seqlen_k and seqlen_q < seqlen_k
+// head_dim 256 (the d = 256 wgmma kernel for these contiguous tensors: 64-key CTAs whose two warpgroups split the
+// output columns; the mma.sync kernel's column halves only run for layouts TMA cannot describe): one query, one key, tails on both sides of a 64-row tile (129), seqlen_q > seqlen_k and seqlen_q < seqlen_k
 // under causal (bottom-right), GQA 4:1 and 2:1 with batch 2, several K/V tiles adding into the same dQ rows.
 const Shape kHd256Shapes[] = {
     {1, 1, 17, 2, 2, 256},  {1, 17, 1, 2, 2, 256},  {1, 129, 129, 4, 1, 256},
@@ -217,7 +217,7 @@ TEST(Backward, StridedLayoutAndScale) {
 TEST(Backward, DeterministicIsBitIdentical) {
   FLASH4_REQUIRE_GPU();
   // (700, 650, d 64) and (300, 400, d 128) run the wgmma kernel, (150, 60, d 128) the mma.sync kernel, and
-  // (330, 270, d 256) the mma.sync kernel's column halves (5 K/V tiles per dQ row, each half on its own semaphores).
+  // (330, 270, d 256) the d = 256 wgmma kernel (5 K/V tiles per dQ row, both warpgroups on one semaphore).
   const Shape shapes[] = {
       {2, 700, 650, 4, 2, 64}, {1, 300, 400, 4, 1, 128}, {1, 150, 60, 2, 2, 128}, {2, 330, 270, 4, 2, 256}};
   for (int c = 0; c < 2 * static_cast<int>(std::size(shapes)); ++c) {

@@ -2,11 +2,12 @@
 // the three launches: preprocess (D, LSE * log2e), main kernel (dK, dV, dQ accumulator), postprocess (dQ).
 //
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
-//   wgmma + TMA (bwd_sm90_kernel.cuh): head_dim 64 / 128 with seqlen_k > 64, seqlen_q >= 1 and tensors TMA can
-//     describe (16-byte aligned base, every stride a non-zero multiple of 16 bytes);
-//   mma.sync (bwd_kernel.cuh): everything else the GPU backward supports: head_dim 256 (two CTAs per K/V tile,
-//     one per 128-column half of dK, dV, dQ), tiny seqlen_k (one 64-key tile of the mma.sync kernel wastes less
-//     than the wgmma kernel's 128-key tile) and layouts TMA cannot describe.
+//   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 (bwd_sm90_kernel.cuh) and head_dim 256
+//     (bwd_sm90_hd256_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned base, every stride
+//     a non-zero multiple of 16 bytes);
+//   mma.sync (bwd_kernel.cuh): everything else the GPU backward supports: tiny seqlen_k at d = 64 / 128 (one
+//     64-key tile of the mma.sync kernel wastes less than the wgmma kernel's 128-key tile) and layouts TMA cannot
+//     describe (at d = 256 two CTAs per K/V tile, one per 128-column half of dK, dV, dQ).
 //
 // Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
 // the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
@@ -40,6 +41,8 @@ void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream);
 // Instantiated in bwd_sm90_<dtype>_hd<d>.cu.
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
+template <class Element>
+void launch_bwd_wgmma_hd256(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -121,6 +124,7 @@ template <class Element>
 void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
   if (head_dim == 64) return sm90::launch_bwd_wgmma<Element, 64>(params, masked, stream);
   if (head_dim == 128) return sm90::launch_bwd_wgmma<Element, 128>(params, masked, stream);
+  if (head_dim == 256) return sm90::launch_bwd_wgmma_hd256<Element>(params, masked, stream);
   throw Error(Status::kNotSupported, "flash4::backward: no compiled wgmma backward kernel for head_dim " +
                                          std::to_string(head_dim));
 }
@@ -174,10 +178,13 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
                 "the mma.sync kernel has one tile shape for every head dim");
   const bool wgmma = use_wgmma_kernel(args, p);
   // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
-  const int block_m = !wgmma ? kOldBlockM
-                      : p.head_dim == 64 ? sm90::bwd::WgmmaTile<64>::kBlockM
-                                         : sm90::bwd::WgmmaTile<128>::kBlockM;
-  const int block_n = !wgmma ? kOldBlockN : sm90::bwd::WgmmaTile<128>::kBlockN;
+  const int block_m = !wgmma              ? kOldBlockM
+                      : p.head_dim == 64  ? sm90::bwd::WgmmaTile<64>::kBlockM
+                      : p.head_dim == 128 ? sm90::bwd::WgmmaTile<128>::kBlockM
+                                          : sm90::bwd::WgmmaTileHd256::kBlockM;
+  const int block_n = !wgmma ? kOldBlockN
+                      : p.head_dim == 256 ? sm90::bwd::WgmmaTileHd256::kBlockN
+                                          : sm90::bwd::WgmmaTile<128>::kBlockN;
   static_assert(sm90::bwd::WgmmaTile<64>::kBlockN == sm90::bwd::WgmmaTile<128>::kBlockN);
 
   BwdParams params{};

@@ -10,7 +10,7 @@
 // Either way each warpgroup's dQ piece is 64 x 64 (32 registers), one wgmma N = 64 per k-step.
 // Shared memory (bytes): K, V 2 * 128 d * 2; Q, dO 2 stages * 2 * kBlockM d * 2; dS 2 buffers * kBlockM * 128 * 2;
 // d = 128: 64 + 64 + 32 KB = 160 KB; d = 64: 32 + 64 + 64 KB = 160 KB (+ LSE, D, barriers, 1 KB alignment).
-// head_dim 256 is not covered (dK + dV alone would be 256 registers per thread at 64 keys per warpgroup).
+// head_dim 256 has its own tile below (dK + dV would be 256 registers per thread at 64 keys per warpgroup).
 #pragma once
 
 namespace flash4::sm90::bwd {
@@ -30,6 +30,20 @@ struct WgmmaTile {
   static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
   static_assert(kBlockN == 64 * kConsumers);
   static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
+};
+
+// head_dim 256 (bwd_sm90_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the head dim
+// of the outputs (128 columns each), so dK + dV stay at 128 registers per thread; S^T and dP^T (64 x 64) are
+// computed by both. Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB: 208 KB.
+struct WgmmaTileHd256 {
+  static constexpr int kHeadDim = 256;
+  static constexpr int kBlockM = 64;    // queries per Q tile
+  static constexpr int kBlockN = 64;    // keys per CTA
+  static constexpr int kStages = 2;     // Q / dO / LSE / D ring depth
+  static constexpr int kConsumers = 2;  // warpgroups, one per 128 output columns
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kChunks = kHeadDim / 64;             // 64-column (128-byte) swizzle chunks per row
+  static constexpr int kCols = kHeadDim / kConsumers;       // output columns per warpgroup
 };
 
 }  // namespace flash4::sm90::bwd

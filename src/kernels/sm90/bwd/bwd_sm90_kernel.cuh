@@ -60,6 +60,7 @@
 #include "hw/sm90/wgmma.cuh"
 #include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_q_range.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 
@@ -74,6 +75,100 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
                : "memory");
 }
 
+
+// The producer warp of the wgmma backward kernels: K, V once (TMA); then per Q tile Q and dO (TMA) into the
+// ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile constants and
+// its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
+template <class Kernel, class Storage>
+__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
+                                              QRange range) {
+  constexpr int kChunks = Kernel::kChunks, kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
+  constexpr int kStages = Kernel::kStages;
+  constexpr uint32_t kKVBytes = Kernel::kKVBytes, kQBytes = Kernel::kQBytes;
+  const BwdParams& p = P.p;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int iterations = p.group * range.m_count;
+  if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
+  if (lane == 0) {
+    tma::prefetch_descriptor(&P.tma_q);
+    tma::prefetch_descriptor(&P.tma_do);
+    mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
+      tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
+    }
+  }
+  PipelineState<kStages> st;
+  for (int it = 0; it < iterations; ++it) {
+    const int h = hkv * p.group + it / range.m_count;
+    const int m0 = range.m_block(it % range.m_count) * kBlockM;
+    mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+    if (lane == 0) {
+      mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        tma::load_4d(&s.q[st.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[st.stage]);
+        tma::load_4d(&s.dout[st.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[st.stage]);
+      }
+    }
+    const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
+#pragma unroll
+    for (int r = lane; r < kBlockM; r += 32) {
+      const int i = m0 + r;
+      const bool valid = i < p.seqlen_q;
+      s.lse[st.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
+      s.dsum[st.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
+    }
+    mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
+    st.advance();
+  }
+}
+
+// Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
+// P^T of one element: exp2(score * log2e - LSE * log2e), 0 where the mask (or the key tail) hides the key.
+template <bool kMasked>
+__device__ __forceinline__ float masked_prob(const BwdParams& p, float score_log2, float lse_log2, bool need_mask,
+                                             int key_row, int m0, int t, int i) {
+  float prob = exp2f(score_log2 - lse_log2);
+  if (need_mask) {
+    const int j = key_row + 8 * ((i / 2) % 2);
+    const int q = m0 + 8 * (i / 4) + 2 * t + (i % 2);
+    bool visible = j < p.seqlen_k;
+    if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
+    if (!visible) prob = 0.0f;
+  }
+  return prob;
+}
+
+// One pass: P^T into acc_s and dS^T = P^T (dP^T - D) [* (1 - tanh^2) with softcap, score = cap tanh(S scale / cap)]
+// into acc_dp, in place (lse_log2 / dsum: the Q tile's kBlockM rows).
+template <int kBlockM, bool kMasked, bool kSoftcap>
+__device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const float* lse_log2, const float* dsum,
+                                                  float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
+                                                  bool need_mask, int key_row, int m0, int t) {
+#pragma unroll
+  for (int jn = 0; jn < kBlockM / 8; ++jn) {
+    const float2 lse2 = *reinterpret_cast<const float2*>(&lse_log2[8 * jn + 2 * t]);
+    const float2 dsum2 = *reinterpret_cast<const float2*>(&dsum[8 * jn + 2 * t]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * jn + e;
+      float score_log2, dscore = 1.0f;
+      if constexpr (kSoftcap) {
+        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
+        score_log2 = p.softcap_log2 * th;
+        dscore = 1.0f - th * th;
+      } else {
+        score_log2 = acc_s[i] * p.scale_log2;
+      }
+      const float prob = masked_prob<kMasked>(p, score_log2, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0, t, i);
+      acc_s[i] = prob;
+      const float ds = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x));
+      acc_dp[i] = kSoftcap ? ds * dscore : ds;
+    }
+  }
+}
 
 template <class Element, int kHeadDim, bool kMasked>
 struct BwdWgmmaKernel {
@@ -108,43 +203,6 @@ struct BwdWgmmaKernel {
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
 
-  // The Q tiles that can see this CTA's keys: [m_lo, m_lo + m_count), visited (per query head) starting at
-  // m_lo + m_first and wrapping around to m_lo.
-  //
-  // Why rotate: dQ rows receive one float2 atomic per (key tile, element), and the CTAs of one head run at the
-  // same pace. Unrotated, every CTA of a non-causal head starts at Q tile 0 and then moves in lockstep, so all of
-  // them add into the same 64 dQ rows at the same moment and the L2 serializes the atomics on those addresses.
-  // Starting each CTA at the Q tile "aligned" with its key tile, n_block * m_blocks / n_blocks (spread evenly over
-  // the Q tiles), keeps concurrent CTAs on different rows. For causal and other banded masks that start tile is
-  // usually m_lo already (ranges are staggered by the mask), so the order there is unchanged.
-  // Deterministic mode does not rotate: its semaphores add in decreasing n_block order (a CTA waits only on CTAs
-  // of lower block index, which are already resident, see run()), and an unrotated loop meets them in that order.
-  struct QRange {
-    int m_lo, m_count, m_first;
-    // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
-    __device__ __forceinline__ int m_block(int i) const {
-      const int k = m_first + i;
-      return m_lo + (k >= m_count ? k - m_count : k);
-    }
-  };
-  static __device__ __forceinline__ QRange q_range(const BwdParams& p, int n_block) {
-    const int n0 = n_block * kBlockN;
-    const long long j0 = n0, j1 = min(n0 + kBlockN, p.seqlen_k) - 1;
-    const long long lo_rows = j0 - p.band_hi;  // first visible tile holds a row i >= j0 - band_hi
-    const long long hi_rows = j1 - p.band_lo;  // last visible tile starts at a row i <= j1 - band_lo
-    int m_lo = lo_rows <= 0 ? 0 : static_cast<int>(min(lo_rows / kBlockM, static_cast<long long>(p.m_blocks)));
-    int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
-    while (m_lo <= m_hi && !tile_visible<Tile>(p, m_lo, n_block)) ++m_lo;  // clipped last tile
-    while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
-    const int m_count = max(m_hi - m_lo + 1, 0);
-    int m_first = 0;
-    if (!p.deterministic && m_count > 1) {
-      const int target = static_cast<int>(static_cast<long long>(n_block) * p.m_blocks / p.n_blocks) - m_lo;
-      if (target > 0 && target < m_count) m_first = target;
-    }
-    return {m_lo, m_count, m_first};
-  }
-
   static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
@@ -168,7 +226,7 @@ struct BwdWgmmaKernel {
     // waiting for n_block 0 to get there (shortest first).
     const int n_block = P.p.deterministic ? P.p.n_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const QRange range = q_range(P.p, n_block);
+    const QRange range = q_range<Tile>(P.p, n_block);
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
       if (threadIdx.x < 32) produce(P, s, n_block, hkv, b, range);
@@ -187,44 +245,7 @@ struct BwdWgmmaKernel {
 
   static __device__ __forceinline__ void produce(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
                                                  int b, QRange range) {
-    const BwdParams& p = P.p;
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int iterations = p.group * range.m_count;
-    if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
-    if (lane == 0) {
-      tma::prefetch_descriptor(&P.tma_q);
-      tma::prefetch_descriptor(&P.tma_do);
-      mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
-        tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
-      }
-    }
-    PipelineState<kStages> st;
-    for (int it = 0; it < iterations; ++it) {
-      const int h = hkv * p.group + it / range.m_count;
-      const int m0 = range.m_block(it % range.m_count) * kBlockM;
-      mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
-      if (lane == 0) {
-        mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          tma::load_4d(&s.q[st.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[st.stage]);
-          tma::load_4d(&s.dout[st.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[st.stage]);
-        }
-      }
-      const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
-#pragma unroll
-      for (int r = lane; r < kBlockM; r += 32) {
-        const int i = m0 + r;
-        const bool valid = i < p.seqlen_q;
-        s.lse[st.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
-        s.dsum[st.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
-      }
-      mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
-      st.advance();
-    }
+    produce_tiles<BwdWgmmaKernel>(P, s, n_block, hkv, b, range);
   }
 
   // The dQ warp (one thread): adds each consumer warpgroup's staged 64 x 64 piece into the fp32 (b, h, sq, d)
@@ -274,21 +295,6 @@ struct BwdWgmmaKernel {
     }
   }
 
-  // Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
-  // P^T of one element: exp2(score * log2e - LSE * log2e), 0 where the mask (or the key tail) hides the key.
-  static __device__ __forceinline__ float masked_prob(const BwdParams& p, float score_log2, float lse_log2,
-                                                      bool need_mask, int key_row, int m0, int t, int i) {
-    float prob = exp2f(score_log2 - lse_log2);
-    if (need_mask) {
-      const int j = key_row + 8 * ((i / 2) % 2);
-      const int q = m0 + 8 * (i / 4) + 2 * t + (i % 2);
-      bool visible = j < p.seqlen_k;
-      if constexpr (kMasked) visible = visible && j - q >= p.band_lo && j - q <= p.band_hi;
-      if (!visible) prob = 0.0f;
-    }
-    return prob;
-  }
-
   // Without softcap P^T and dS^T are two passes, so that the exps run while dP^T is still on the tensor cores:
   // P^T in place in acc_s ...
   static __device__ __forceinline__ void probs(const BwdParams& p, const SharedStorage& s, int stage,
@@ -299,7 +305,8 @@ struct BwdWgmmaKernel {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * jn + e;
-        acc_s[i] = masked_prob(p, acc_s[i] * p.scale_log2, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0, t, i);
+        acc_s[i] = masked_prob<kMasked>(p, acc_s[i] * p.scale_log2, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0,
+                                        t, i);
       }
     }
   }
@@ -321,29 +328,6 @@ struct BwdWgmmaKernel {
       }
     }
   }
-  // With softcap, one pass after both matmuls: dS^T also needs each element's tanh derivative, which would
-  // otherwise stay in registers across the dP^T wait. score = cap tanh(S scale / cap), dS^T = P^T (dP^T - D)
-  // (1 - tanh^2).
-  static __device__ __forceinline__ void probs_and_dscores_softcap(const BwdParams& p, const SharedStorage& s,
-                                                                   int stage, float (&acc_s)[kBlockM / 2],
-                                                                   float (&acc_dp)[kBlockM / 2], bool need_mask,
-                                                                   int key_row, int m0, int t) {
-#pragma unroll
-    for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
-      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * jn + e;
-        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
-        const float prob =
-            masked_prob(p, p.softcap_log2 * th, (e & 1) ? lse2.y : lse2.x, need_mask, key_row, m0, t, i);
-        acc_s[i] = prob;
-        acc_dp[i] = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x)) * (1.0f - th * th);
-      }
-    }
-  }
-
   template <bool kSoftcap>
   static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
                                                  int hkv, int b, QRange range) {
@@ -374,7 +358,6 @@ struct BwdWgmmaKernel {
     PipelineState<kStages> st;
     PipelineState<kDqBuffers> dq_buf;
     for (int it = 0; it < iterations; ++it) {
-      const int h = hkv * p.group + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
@@ -450,7 +433,10 @@ struct BwdWgmmaKernel {
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_s);
         wgmma::fence_operand(acc_dp);
-        probs_and_dscores_softcap(p, s, stage, acc_s, acc_dp, need_mask, key_row, m0, t);
+        // Softcap: one fused pass after both matmuls (dS^T also needs each element's tanh derivative, which would
+        // otherwise stay in registers across the dP^T wait).
+        probs_and_dscores<kBlockM, kMasked, true>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
+                                                  key_row, m0, t);
         convert(acc_s, p_frag);
         issue_dv();
       }

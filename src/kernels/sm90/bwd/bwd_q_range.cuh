@@ -1,0 +1,50 @@
+// The Q tiles a backward CTA visits for its key tile, shared by the wgmma kernels (tiles from `Tile`).
+#pragma once
+
+#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible
+#include "kernels/sm90/bwd/bwd_params.h"
+
+namespace flash4::sm90::bwd {
+
+// The Q tiles that can see a CTA's keys: [m_lo, m_lo + m_count), visited (per query head) starting at
+// m_lo + m_first and wrapping around to m_lo.
+//
+// Why rotate: dQ rows receive one addition per (key tile, element), and the CTAs of one head run at the same
+// pace. Unrotated, every CTA of a non-causal head starts at Q tile 0 and then moves in lockstep, so all of them
+// add into the same dQ rows at the same moment and the L2 serializes the additions on those addresses. Starting
+// each CTA at the Q tile "aligned" with its key tile, n_block * m_blocks / n_blocks (spread evenly over the Q
+// tiles), keeps concurrent CTAs on different rows. For causal and other banded masks that start tile is usually
+// m_lo already (ranges are staggered by the mask), so the order there is unchanged.
+// Deterministic mode does not rotate: its semaphores add in decreasing n_block order (the kernels launch the
+// highest n_block first, so a CTA waits only on CTAs of lower block index, which are already resident), and an
+// unrotated loop meets them in that order.
+struct QRange {
+  int m_lo, m_count, m_first;
+  // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
+  __device__ __forceinline__ int m_block(int i) const {
+    const int k = m_first + i;
+    return m_lo + (k >= m_count ? k - m_count : k);
+  }
+};
+
+template <class Tile>
+__device__ __forceinline__ QRange q_range(const BwdParams& p, int n_block) {
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+  const int n0 = n_block * kBlockN;
+  const long long j0 = n0, j1 = min(n0 + kBlockN, p.seqlen_k) - 1;
+  const long long lo_rows = j0 - p.band_hi;  // first visible tile holds a row i >= j0 - band_hi
+  const long long hi_rows = j1 - p.band_lo;  // last visible tile starts at a row i <= j1 - band_lo
+  int m_lo = lo_rows <= 0 ? 0 : static_cast<int>(min(lo_rows / kBlockM, static_cast<long long>(p.m_blocks)));
+  int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
+  while (m_lo <= m_hi && !tile_visible<Tile>(p, m_lo, n_block)) ++m_lo;  // clipped last tile
+  while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
+  const int m_count = max(m_hi - m_lo + 1, 0);
+  int m_first = 0;
+  if (!p.deterministic && m_count > 1) {
+    const int target = static_cast<int>(static_cast<long long>(n_block) * p.m_blocks / p.n_blocks) - m_lo;
+    if (target > 0 && target < m_count) m_first = target;
+  }
+  return {m_lo, m_count, m_first};
+}
+
+}  // namespace flash4::sm90::bwd
