@@ -38,6 +38,7 @@ std::string CaseSpec::name() const {
   }
   if (softcap > 0.0f) s << "_softcap" << static_cast<int>(softcap);
   if (layout == Layout::kStrided) s << "_strided";
+  if (layout == Layout::kUnitDimStride1) s << "_unitstride1";
   if (tuning.exp2 == Exp2Mode::kPolynomial) s << "_poly";
   if (!tuning.conditional_rescale) s << "_alwaysrescale";
   return s.str();

@@ -14,12 +14,15 @@ HostTensor::HostTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t heads
   const int64_t shape[4] = {batch, seqlen, heads, head_dim};
   for (int i = 0; i < 4; ++i) view_.shape[i] = shape[i];
   int64_t elements = 0;
-  if (layout == Layout::kContiguous) {
+  if (layout == Layout::kContiguous || layout == Layout::kUnitDimStride1) {
     view_.stride[3] = 1;
     view_.stride[2] = head_dim;
     view_.stride[1] = heads * head_dim;
     view_.stride[0] = seqlen * heads * head_dim;
     elements = batch * seqlen * heads * head_dim;
+    if (layout == Layout::kUnitDimStride1)
+      for (int i = 0; i < 3; ++i)
+        if (shape[i] == 1) view_.stride[i] = 1;
   } else {
     const int64_t row = head_dim + 8;
     view_.stride[3] = 1;

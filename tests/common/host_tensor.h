@@ -14,6 +14,8 @@ enum class Layout {
   kContiguous,  // row-major in the logical shape
   kStrided,     // 4-D only: memory order (batch, heads, seqlen, head_dim + 8 padding): no dimension but the
                 // last is packed, and seqlen/heads are swapped, so stride bugs show up
+  kUnitDimStride1,  // contiguous, but every dimension of extent 1 has stride 1: legal (the dimension is never
+                    // stepped) and not describable by a TMA tensor map (strides must be multiples of 16 bytes)
 };
 
 class HostTensor {

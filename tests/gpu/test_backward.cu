@@ -199,6 +199,17 @@ TEST(Backward, Softcap) {
   }
 }
 
+// head_dim 256 on the mma.sync kernel's column halves: batch 1 and MQA with stride 1 on those extent-1
+// dimensions, which the GPU accepts and TMA cannot describe (contiguous d = 256 runs the wgmma kernel).
+TEST(Backward, Hd256MmaSyncColumnHalves) {
+  FLASH4_REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    CaseSpec s = make_spec(1, 200, 170, 4, 1, 256, DType::kBFloat16, causal);
+    s.layout = Layout::kUnitDimStride1;
+    run_and_check_backward(s);
+  }
+}
+
 TEST(Backward, StridedLayoutAndScale) {
   FLASH4_REQUIRE_GPU();
   CaseSpec s = make_spec(2, 150, 211, 4, 2, 128, DType::kBFloat16, true);
