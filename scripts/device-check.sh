@@ -12,8 +12,8 @@
 #            (scripts/device-python.sh)
 #   candidates - tile-table candidates at every seqlen (flash4_bench --candidates), the previous build's flash4
 #            (devbin/old/flash4_bench_old, if carried) and cuDNN, for choosing the forward tile table
-#   ab-bwd - backward A/B: this build's flash4_bench --backward against devbin/old/flash4_bench_old (another
-#            commit's build, carried) and cuDNN, for judging a backward change in one call
+#   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
+#            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
@@ -118,10 +118,12 @@ for stage in $STAGES; do
     ab-bwd)
       "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/ab-bwd.jsonl" 2>"$OUT/ab-bwd.err"
       summary+=("backward A/B (new): rc=$?")
-      if [[ -x devbin/old/flash4_bench_old ]]; then
-        devbin/old/flash4_bench_old --backward ${BENCH_ARGS:-} 2>/dev/null |
-          sed 's/"impl": "flash4/"impl": "old_flash4/' >>"$OUT/ab-bwd.jsonl"
-      fi
+      # Every carried devbin/old/flash4_bench_<tag> (other commits' builds) runs too, reported as <tag>_flash4.
+      for old in devbin/old/flash4_bench_*; do
+        [[ -x $old ]] || continue
+        tag=${old##*/flash4_bench_}
+        "$old" --backward ${BENCH_ARGS:-} 2>/dev/null | sed "s/\"impl\": \"flash4/\"impl\": \"${tag}_flash4/" >>"$OUT/ab-bwd.jsonl"
+      done
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn ${SDPA_ARGS:-} >>"$OUT/ab-bwd.jsonl" \
         2>"$OUT/ab-bwd-sdpa.err"
       python3 bench/compare.py "$OUT/ab-bwd.jsonl" | tee "$OUT/ab-bwd-table.txt"

@@ -113,8 +113,8 @@ bool tma_describable(const TensorView& t) {
 
 // The one selection rule between the two main kernels (see the top of this file).
 bool use_wgmma_kernel(const BackwardArgs& args, const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128) return false;  // d = 256: mma.sync, column halves
-  if (p.seqlen_k <= 64 || p.seqlen_q < 1 || p.batch < 1 || p.heads < 1 || p.heads_kv < 1) return false;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return false;
+  if ((p.head_dim != 256 && p.seqlen_k <= 64) || p.seqlen_q < 1 || p.batch < 1 || p.heads < 1 || p.heads_kv < 1) return false;
   for (const TensorView* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!tma_describable(*t)) return false;
   return true;

@@ -87,7 +87,7 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::init(&s.kv_full, 1);
       for (int i = 0; i < kStages; ++i) {
         mbarrier::init(&s.full[i], 1 + 32);           // the TMA issue (+ bytes) and 32 LSE / D lanes
-        mbarrier::init(&s.empty[i], kConsumers * 4);  // one arrival per consumer warp
+        mbarrier::init(&s.empty[i], kConsumers * 128);  // every consumer thread arrives (see the release)
       }
       mbarrier::fence_init();
     }
@@ -200,8 +200,10 @@ struct BwdWgmmaHd256Kernel {
         wgmma::fence_operand(p_frag[j]);
         wgmma::fence_operand(ds_frag[j]);
       }
-      __syncwarp();
-      if (lane == 0) mbarrier::arrive(&s.empty[stage]);
+      // Every thread arrives (not one per warp after __syncwarp): each thread's own LSE / D reads are then
+      // ordered before the producer's next writes to this stage by the barrier alone, which compute-sanitizer's
+      // racecheck can verify.
+      mbarrier::arrive(&s.empty[stage]);
 
       // ---- dQ[:, cols] = dS K[:, cols]: 64 queries x 128 columns, k = 64 keys; A K-major, B (K) MN-major ----
       float acc_dq[kCols / 2];

@@ -6,7 +6,7 @@
 //   warpgroup 0, warp 0   producer: K, V once (TMA); then per Q tile Q and dO (TMA) into a 2-stage ring, and
 //                         LSE * log2e and D (plain loads by the 32 lanes into shared memory, +inf / 0 past the
 //                         end of the sequence). `full` completes on the TMA bytes plus 32 lane arrivals; `empty`
-//                         on one arrival per consumer warp.
+//                         on one arrival per consumer thread.
 //   warpgroup 0, warp 1   dQ writer (one thread, write_dq): adds each staged dQ piece into the accumulator.
 //   warpgroups 1, 2       consumers; warpgroup w owns keys 64w .. 64w + 63 of the CTA. Per Q tile:
 //     S^T  = K_w Q^T       wgmma SS, 64 x kBlockM: A = K (K-major: d contiguous), B = Q (K-major)
@@ -210,7 +210,7 @@ struct BwdWgmmaKernel {
       mbarrier::init(&s.kv_full, 1);
       for (int i = 0; i < kStages; ++i) {
         mbarrier::init(&s.full[i], 1 + 32);             // the TMA issue (+ bytes) and 32 LSE / D lanes
-        mbarrier::init(&s.empty[i], kConsumers * 4);    // one arrival per consumer warp
+        mbarrier::init(&s.empty[i], kConsumers * 128);    // every consumer thread arrives (see the release)
       }
       for (int i = 0; i < kDqBuffers; ++i)
         for (int w = 0; w < kConsumers; ++w) {
@@ -475,8 +475,10 @@ struct BwdWgmmaKernel {
         wgmma::fence_operand(p_frag[j]);
         wgmma::fence_operand(ds_frag[j]);
       }
-      __syncwarp();
-      if (lane == 0) mbarrier::arrive(&s.empty[stage]);
+      // Every thread arrives (not one per warp after __syncwarp): each thread's own LSE / D reads are then
+      // ordered before the producer's next writes to this stage by the barrier alone, which compute-sanitizer's
+      // racecheck can verify.
+      mbarrier::arrive(&s.empty[stage]);
       wgmma::wait_group<0>();
       wgmma::fence_operand(acc_dq);
 
