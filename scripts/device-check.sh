@@ -116,13 +116,14 @@ for stage in $STAGES; do
       python3 bench/compare.py "$OUT/candidates.jsonl" | tee "$OUT/candidates-table.txt"
       ;;
     ab-bwd)
-      "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/ab-bwd.jsonl" 2>"$OUT/ab-bwd.err"
+      # A hung build (a deadlock in a WIP kernel) must not eat the whole device call: each run has its own limit.
+      timeout "${AB_LIMIT_S:-150}" "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/ab-bwd.jsonl" 2>"$OUT/ab-bwd.err"
       summary+=("backward A/B (new): rc=$?")
       # Every carried devbin/old/flash4_bench_<tag> (other commits' builds) runs too, reported as <tag>_flash4.
       for old in devbin/old/flash4_bench_*; do
         [[ -x $old ]] || continue
         tag=${old##*/flash4_bench_}
-        "$old" --backward ${BENCH_ARGS:-} 2>/dev/null | sed "s/\"impl\": \"flash4/\"impl\": \"${tag}_flash4/" >>"$OUT/ab-bwd.jsonl"
+        timeout "${AB_LIMIT_S:-150}" "$old" --backward ${BENCH_ARGS:-} 2>/dev/null | sed "s/\"impl\": \"flash4/\"impl\": \"${tag}_flash4/" >>"$OUT/ab-bwd.jsonl"
       done
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn ${SDPA_ARGS:-} >>"$OUT/ab-bwd.jsonl" \
         2>"$OUT/ab-bwd-sdpa.err"

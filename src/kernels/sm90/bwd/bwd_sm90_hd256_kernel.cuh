@@ -222,12 +222,14 @@ struct BwdWgmmaHd256Kernel {
       int* semaphore = nullptr;
       if (p.deterministic) {
         // Warpgroups add into this (b, h, Q tile) in decreasing n_block order; each visible (tile, higher n_block)
-        // contributes one release per consumer warpgroup.
+        // contributes one release per consumer warpgroup. Wait for "at least": the other warpgroup of this CTA
+        // (disjoint columns, so its order against ours does not change any sum) may already have released, while
+        // no lower n_block can add before both of ours have.
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
         if (tid == 0) {
           int expected = 0;
           for (int n = n_block + 1; n < p.n_blocks; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
-          while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
+          while (ld_acquire_gpu(semaphore) < expected) __nanosleep(64);
         }
         named_barrier_sync(kBarWg0 + wg, 128);  // our turn
       }
