@@ -23,8 +23,8 @@
 //   dK (* softmax_scale) and dV of the warpgroup's columns are written once at the end.
 //
 // Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; LSE, D 1 KB: 209 KB.
-// Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions by decreasing n_block (highest
-// n_block launched first; each warpgroup adds 1 when its columns are in).
+// Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions by n_block (grid_n_block in
+// bwd_q_range.cuh; each warpgroup adds 1 when its columns are in).
 #pragma once
 
 #include <cuda.h>
@@ -92,8 +92,7 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    // Deterministic mode: highest n_block first, additions in decreasing n_block order (as bwd_sm90_kernel.cuh).
-    const int n_block = P.p.deterministic ? P.p.n_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_q_range.cuh
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const QRange range = q_range<Tile>(P.p, n_block);
     if (warpgroup == 0) {
@@ -221,14 +220,13 @@ struct BwdWgmmaHd256Kernel {
       // ---- dQ accumulator (fp32, (b, h, sq, d)) += dQ[:, cols]: rows 16 warp + g (+8), columns 8 (i / 4) + 2t ----
       int* semaphore = nullptr;
       if (p.deterministic) {
-        // Warpgroups add into this (b, h, Q tile) in decreasing n_block order; each visible (tile, higher n_block)
+        // Warpgroups add into this (b, h, Q tile) in the order of grid_n_block; each visible (tile, earlier n_block)
         // contributes one release per consumer warpgroup. Wait for "at least": the other warpgroup of this CTA
         // (disjoint columns, so its order against ours does not change any sum) may already have released, while
-        // no lower n_block can add before both of ours have.
+        // no later n_block can add before both of ours have.
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
         if (tid == 0) {
-          int expected = 0;
-          for (int n = n_block + 1; n < p.n_blocks; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+          const int expected = releases_before<Tile, kMasked>(p, m_block, n_block, kConsumers);
           while (ld_acquire_gpu(semaphore) < expected) __nanosleep(64);
         }
         named_barrier_sync(kBarWg0 + wg, 128);  // our turn

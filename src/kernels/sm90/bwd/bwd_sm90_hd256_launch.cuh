@@ -17,9 +17,9 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_hd256_kernel(co
   Kernel::run(params, smem);
 }
 
-// Grid (n_blocks of 64 keys, heads_kv, batch); params.p.m_blocks counts 64-row Q tiles. blockIdx.x (n_block,
-// reversed in deterministic mode) is the fastest grid index: a deterministic CTA waits only on CTAs of higher
-// n_block of the same (kv head, batch), which have lower linear block indices and are therefore already scheduled.
+// Grid (n_blocks of 64 keys, heads_kv, batch); params.p.m_blocks counts 64-row Q tiles. blockIdx.x (n_block in
+// grid_n_block's order) is the fastest grid index: a deterministic CTA waits only on CTAs of the same (kv head,
+// batch) with lower linear block indices, which are therefore already scheduled.
 template <class Element>
 void launch_bwd_wgmma_hd256(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
   using Masked = bwd::BwdWgmmaHd256Kernel<Element, true>;

@@ -24,8 +24,8 @@
 //                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers at d = 128, 1 at d = 64); the dQ
 //                          writer adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
 //                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each). In deterministic mode a
-//                          per-(b, h, Q tile) semaphore orders the CTAs' additions by decreasing n_block (shortest
-//                          first under a causal mask; launched highest n_block first); the writer's waits
+//                          per-(b, h, Q tile) semaphore orders the CTAs' additions by n_block (grid_n_block in
+//                          bwd_q_range.cuh: shortest first under a mask); the writer's waits
 //                          on it stall only the writer. Non-deterministic CTAs start their Q loop at different
 //                          tiles (QRange) so that they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
@@ -220,11 +220,7 @@ struct BwdWgmmaKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    // Deterministic mode adds into each Q tile in decreasing n_block order and launches the highest n_block first
-    // (blockIdx.x 0): a CTA only ever waits on CTAs of lower block index, which are resident or done, and with
-    // a causal mask the short key tiles near the diagonal (which start at late Q tiles) add first instead of
-    // waiting for n_block 0 to get there (shortest first).
-    const int n_block = P.p.deterministic ? P.p.n_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_q_range.cuh
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const QRange range = q_range<Tile>(P.p, n_block);
     if (warpgroup == 0) {
@@ -251,7 +247,7 @@ struct BwdWgmmaKernel {
   // The dQ warp (one thread): adds each consumer warpgroup's staged 64 x 64 piece into the fp32 (b, h, sq, d)
   // accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor, 64 x 32 floats each; rows past seqlen_q
   // are clipped), in the consumers' tile order. Deterministic mode first waits on the (b, h, Q tile) semaphore
-  // for the pieces of every higher n_block (see run()), then waits for its own additions to complete and
+  // for the pieces of every earlier n_block (grid_n_block), then waits for its own additions to complete and
   // releases. Those waits (~1-2 us each) stall only this thread, not the warpgroups' matmuls.
   static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
                                                   int b, QRange range) {
@@ -265,9 +261,8 @@ struct BwdWgmmaKernel {
       int* semaphore = nullptr;
       if (p.deterministic) {
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
-        // Each visible (Q tile, higher n_block) contributes one release per consumer warpgroup (see run()).
-        int expected = 0;
-        for (int n = n_block + 1; n < p.n_blocks; ++n) expected += tile_visible<Tile>(p, m_block, n) ? kConsumers : 0;
+        // Each visible (Q tile, earlier n_block) contributes one release per consumer warpgroup.
+        const int expected = releases_before<Tile, kMasked>(p, m_block, n_block, kConsumers);
         while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
         fence_async_global();  // the acquired additions -> our TMA additions
       }
@@ -419,8 +414,10 @@ struct BwdWgmmaKernel {
         }
         wgmma::commit_group();
       };
-      if constexpr (!kSoftcap) {
-        // The exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before dS^T.
+      // Unmasked kernel without softcap: the exps of P^T run while dP^T is on the tensor cores, and dV is queued
+      // behind dP^T before dS^T (H200, d = 64/128: +4..8 % over the fused pass). The masked kernel keeps the fused
+      // pass: there the split order measured 7..15 % slower (causal, 512..16k).
+      if constexpr (!kSoftcap && !kMasked) {
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
         probs(p, s, stage, acc_s, need_mask, key_row, m0, t);
@@ -433,9 +430,9 @@ struct BwdWgmmaKernel {
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_s);
         wgmma::fence_operand(acc_dp);
-        // Softcap: one fused pass after both matmuls (dS^T also needs each element's tanh derivative, which would
-        // otherwise stay in registers across the dP^T wait).
-        probs_and_dscores<kBlockM, kMasked, true>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
+        // One fused pass after both matmuls (with softcap dS^T also needs each element's tanh derivative, which
+        // would otherwise stay in registers across the dP^T wait).
+        probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
                                                   key_row, m0, t);
         convert(acc_s, p_frag);
         issue_dv();

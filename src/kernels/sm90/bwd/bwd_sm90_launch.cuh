@@ -22,9 +22,8 @@ void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream
   constexpr int kSmemBytes = Masked::kSmemBytes;
   auto* kernel = masked ? &bwd::bwd_wgmma_kernel<Masked> : &bwd::bwd_wgmma_kernel<Unmasked>;
   FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // blockIdx.x (n_block, reversed in deterministic mode) is the fastest grid index: in deterministic mode a CTA
-  // waits only on CTAs of higher n_block of the same (kv head, batch), which have lower linear block indices and
-  // are therefore already scheduled.
+  // blockIdx.x (n_block in grid_n_block's order) is the fastest grid index: in deterministic mode a CTA waits only
+  // on CTAs of the same (kv head, batch) with lower linear block indices, which are therefore already scheduled.
   const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
   kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
