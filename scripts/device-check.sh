@@ -34,14 +34,16 @@ for stage in $STAGES; do
       summary+=("build: rc=$?")
       ;;
     test)
-      "$BUILD_DIR/tests/flash4_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$OUT/gpu-tests.log" 2>&1
+      # A deadlocked kernel must not eat the whole device call (rc 124 = the limit was hit).
+      timeout "${TEST_LIMIT_S:-400}" "$BUILD_DIR/tests/flash4_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+        >"$OUT/gpu-tests.log" 2>&1
       rc=$?
       summary+=("gpu tests: rc=$rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu-tests.log" | tr '\n' ' ')")
       grep -E "FAILED|Failure|error" "$OUT/gpu-tests.log" | head -20
       ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD_DIR/tests/flash4_gpu_tests" \
+        timeout "${SANITIZE_LIMIT_S:-240}" compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD_DIR/tests/flash4_gpu_tests" \
           --gtest_filter="${SANITIZE_FILTER:-HopperLayer*:ForwardFeatures.FullyMaskedRows}" >"$OUT/sanitize-$tool.log" 2>&1
         summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)")
       done
