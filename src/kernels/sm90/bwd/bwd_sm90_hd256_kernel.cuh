@@ -39,13 +39,15 @@
 #include "hw/sm90/named_barrier.cuh"
 #include "hw/sm90/pipeline_state.cuh"
 #include "hw/sm90/setmaxnreg.cuh"
+#include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
 #include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_q_range.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
-#include "kernels/sm90/bwd/bwd_sm90_kernel.cuh"  // stmatrix_x4_trans, produce_tiles, probs_and_dscores
+#include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
+#include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 
 namespace flash4::sm90::bwd {

@@ -56,131 +56,18 @@
 #include "hw/sm90/named_barrier.cuh"
 #include "hw/sm90/pipeline_state.cuh"
 #include "hw/sm90/setmaxnreg.cuh"
+#include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
 #include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_q_range.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
+#include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
+#include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 
 namespace flash4::sm90::bwd {
-
-// Stores four 8x8 16-bit matrices transposed: register i of lane L holds row L / 4, columns 2 (L % 4), +1 of
-// fragment matrix i; it lands in memory row 2 (L % 4) (+1), column L / 4. Lanes 8i .. 8i + 7 give the addresses
-// of the 8 memory rows (16 bytes each) of matrix i.
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
-
-// The producer warp of the wgmma backward kernels: K, V once (TMA); then per Q tile Q and dO (TMA) into the
-// ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile constants and
-// its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
-template <class Kernel, class Storage>
-__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
-                                              QRange range) {
-  constexpr int kChunks = Kernel::kChunks, kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
-  constexpr int kStages = Kernel::kStages;
-  constexpr uint32_t kKVBytes = Kernel::kKVBytes, kQBytes = Kernel::kQBytes;
-  const BwdParams& p = P.p;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int iterations = p.group * range.m_count;
-  if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
-  if (lane == 0) {
-    tma::prefetch_descriptor(&P.tma_q);
-    tma::prefetch_descriptor(&P.tma_do);
-    mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
-      tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
-    }
-  }
-  PipelineState<kStages> st;
-  for (int it = 0; it < iterations; ++it) {
-    const int h = hkv * p.group + it / range.m_count;
-    const int m0 = range.m_block(it % range.m_count) * kBlockM;
-    mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
-    if (lane == 0) {
-      mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        tma::load_4d(&s.q[st.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[st.stage]);
-        tma::load_4d(&s.dout[st.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[st.stage]);
-      }
-    }
-    const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
-#pragma unroll
-    for (int r = lane; r < kBlockM; r += 32) {
-      const int i = m0 + r;
-      const bool valid = i < p.seqlen_q;
-      s.lse[st.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
-      s.dsum[st.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
-    }
-    mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
-    st.advance();
-  }
-}
-
-// Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
-// Zeroes the elements the mask (or the key tail) hides. A separate pass that callers run only on tiles the mask
-// cuts (one branch per tile): a per-element `if (need_mask)` around the exps compiled to two branches per element
-// (64 per tile at kBlockM = 64 on every tile, 7-20 % of the masked kernel's speed). A select, not a product, so a
-// hidden element's overflowed exp (inf, or NaN in dS) becomes 0 too.
-template <int kBlockM, bool kMasked>
-__device__ __forceinline__ void apply_mask(const BwdParams& p, float (&acc)[kBlockM / 2], int key_row, int m0, int t) {
-  // j - q of element i is (key_row - m0 - 2 t) + c_i with c_i = 8 ((i / 2) % 2) - 8 (i / 4) - i % 2 a constant:
-  // the band test becomes two compares of an immediate against per-tile bounds.
-  // The bounds in 64 bits, clamped to +-2^20 (|c_i| < kBlockM + 8): band_lo - diff0 can leave int32.
-  const long long diff0 = static_cast<long long>(key_row) - m0 - 2 * t;
-  const int lo = static_cast<int>(max(min(p.band_lo - diff0, 1ll << 20), -(1ll << 20)));
-  const int hi = static_cast<int>(max(min(p.band_hi - diff0, 1ll << 20), -(1ll << 20)));
-  const bool key_in[2] = {key_row < p.seqlen_k, key_row + 8 < p.seqlen_k};
-#pragma unroll
-  for (int i = 0; i < kBlockM / 2; ++i) {
-    const int c = 8 * ((i / 2) % 2) - 8 * (i / 4) - i % 2;
-    bool visible = key_in[(i / 2) % 2];
-    if constexpr (kMasked) visible = visible && c >= lo && c <= hi;
-    acc[i] = visible ? acc[i] : 0.0f;
-  }
-}
-
-// One pass: P^T = exp2(score * log2e - LSE * log2e) into acc_s and dS^T = P^T (dP^T - D) [* (1 - tanh^2) with
-// softcap, score = cap tanh(S scale / cap)] into acc_dp, in place (lse_log2 / dsum: the Q tile's kBlockM rows);
-// then, on tiles the mask cuts, both masked.
-template <int kBlockM, bool kMasked, bool kSoftcap>
-__device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const float* lse_log2, const float* dsum,
-                                                  float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
-                                                  bool need_mask, int key_row, int m0, int t) {
-#pragma unroll
-  for (int jn = 0; jn < kBlockM / 8; ++jn) {
-    const float2 lse2 = *reinterpret_cast<const float2*>(&lse_log2[8 * jn + 2 * t]);
-    const float2 dsum2 = *reinterpret_cast<const float2*>(&dsum[8 * jn + 2 * t]);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 4 * jn + e;
-      float score_log2, dscore = 1.0f;
-      if constexpr (kSoftcap) {
-        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
-        score_log2 = p.softcap_log2 * th;
-        dscore = 1.0f - th * th;
-      } else {
-        score_log2 = acc_s[i] * p.scale_log2;
-      }
-      const float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
-      acc_s[i] = prob;
-      const float ds = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x));
-      acc_dp[i] = kSoftcap ? ds * dscore : ds;
-    }
-  }
-  if (need_mask) {
-    apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
-    apply_mask<kBlockM, kMasked>(p, acc_dp, key_row, m0, t);
-  }
-}
 
 template <class Element, int kHeadDim, bool kMasked>
 struct BwdWgmmaKernel {

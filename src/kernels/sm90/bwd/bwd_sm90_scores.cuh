@@ -1,0 +1,67 @@
+// The element-wise pass of the wgmma backward kernels on their 64 x kBlockM S^T / dP^T accumulators: P^T, dS^T and
+// the mask (shared by bwd_sm90_kernel.cuh and bwd_sm90_hd256_kernel.cuh).
+#pragma once
+
+#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
+#include "kernels/sm90/bwd/bwd_params.h"
+
+namespace flash4::sm90::bwd {
+
+// Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
+// Zeroes the elements the mask (or the key tail) hides. A separate pass that callers run only on tiles the mask
+// cuts (one branch per tile): a per-element `if (need_mask)` around the exps compiled to two branches per element
+// (64 per tile at kBlockM = 64 on every tile, 7-20 % of the masked kernel's speed). A select, not a product, so a
+// hidden element's overflowed exp (inf, or NaN in dS) becomes 0 too.
+template <int kBlockM, bool kMasked>
+__device__ __forceinline__ void apply_mask(const BwdParams& p, float (&acc)[kBlockM / 2], int key_row, int m0, int t) {
+  // j - q of element i is (key_row - m0 - 2 t) + c_i with c_i = 8 ((i / 2) % 2) - 8 (i / 4) - i % 2 a constant:
+  // the band test becomes two compares of an immediate against per-tile bounds.
+  // The bounds in 64 bits, clamped to +-2^20 (|c_i| < kBlockM + 8): band_lo - diff0 can leave int32.
+  const long long diff0 = static_cast<long long>(key_row) - m0 - 2 * t;
+  const int lo = static_cast<int>(max(min(p.band_lo - diff0, 1ll << 20), -(1ll << 20)));
+  const int hi = static_cast<int>(max(min(p.band_hi - diff0, 1ll << 20), -(1ll << 20)));
+  const bool key_in[2] = {key_row < p.seqlen_k, key_row + 8 < p.seqlen_k};
+#pragma unroll
+  for (int i = 0; i < kBlockM / 2; ++i) {
+    const int c = 8 * ((i / 2) % 2) - 8 * (i / 4) - i % 2;
+    bool visible = key_in[(i / 2) % 2];
+    if constexpr (kMasked) visible = visible && c >= lo && c <= hi;
+    acc[i] = visible ? acc[i] : 0.0f;
+  }
+}
+
+// One pass: P^T = exp2(score * log2e - LSE * log2e) into acc_s and dS^T = P^T (dP^T - D) [* (1 - tanh^2) with
+// softcap, score = cap tanh(S scale / cap)] into acc_dp, in place (lse_log2 / dsum: the Q tile's kBlockM rows);
+// then, on tiles the mask cuts, both masked.
+template <int kBlockM, bool kMasked, bool kSoftcap>
+__device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const float* lse_log2, const float* dsum,
+                                                  float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
+                                                  bool need_mask, int key_row, int m0, int t) {
+#pragma unroll
+  for (int jn = 0; jn < kBlockM / 8; ++jn) {
+    const float2 lse2 = *reinterpret_cast<const float2*>(&lse_log2[8 * jn + 2 * t]);
+    const float2 dsum2 = *reinterpret_cast<const float2*>(&dsum[8 * jn + 2 * t]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * jn + e;
+      float score_log2, dscore = 1.0f;
+      if constexpr (kSoftcap) {
+        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
+        score_log2 = p.softcap_log2 * th;
+        dscore = 1.0f - th * th;
+      } else {
+        score_log2 = acc_s[i] * p.scale_log2;
+      }
+      const float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
+      acc_s[i] = prob;
+      const float ds = prob * (acc_dp[i] - ((e & 1) ? dsum2.y : dsum2.x));
+      acc_dp[i] = kSoftcap ? ds * dscore : ds;
+    }
+  }
+  if (need_mask) {
+    apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
+    apply_mask<kBlockM, kMasked>(p, acc_dp, key_row, m0, t);
+  }
+}
+
+}  // namespace flash4::sm90::bwd
