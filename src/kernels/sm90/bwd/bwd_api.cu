@@ -32,6 +32,7 @@
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "hw/sm90/tma_map.h"
 
 namespace flash4::sm90 {

@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"  // tile_visible
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 
 namespace flash4::sm90::bwd {
@@ -77,17 +78,6 @@ struct BwdTile {
   static constexpr int kMinBlocksPerSm = kHeadDim <= 64 ? 3 : kHeadDim <= 128 ? 2 : 1;
   static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= 233472, "shared memory for the CTAs per SM");
 };
-
-// True when the (m, n) tile holds at least one visible (query, key) pair. The band test on the tile's extreme
-// offsets is exact because every offset in between occurs in a rectangle.
-template <class Tile>
-__device__ __forceinline__ bool tile_visible(const BwdParams& p, int m, int n) {
-  const long long i0 = static_cast<long long>(m) * Tile::kBlockM;
-  const long long i1 = min(i0 + Tile::kBlockM, static_cast<long long>(p.seqlen_q)) - 1;
-  const long long j0 = static_cast<long long>(n) * Tile::kBlockN;
-  const long long j1 = min(j0 + Tile::kBlockN, static_cast<long long>(p.seqlen_k)) - 1;
-  return j0 - i1 <= p.band_hi && j1 - i0 >= p.band_lo;
-}
 
 // tanh to ~1e-7 absolute: tanhf compiles to tanh.approx.f32 under --use_fast_math (relative error 2^-11, which
 // the softcap multiplies into the score: 30 * 2^-11 = 0.015, a 1.5 % error in P). |y| >= 15 rounds to +-1.

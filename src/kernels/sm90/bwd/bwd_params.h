@@ -1,8 +1,7 @@
 // Kernel parameters of the backward pass (preprocess, main kernel, postprocess), filled by bwd_api.cu.
-// Plain data: pointers, element strides and the mask as a band of allowed key-minus-query offsets.
+// Plain data: pointers, element strides and the mask as a band of allowed key-minus-query offsets. Host-only C++
+// (no CUDA headers), so the CPU tests can use it (tests/cpu/test_bwd_schedule.cpp).
 #pragma once
-
-#include <cuda.h>
 
 #include <cstdint>
 
@@ -50,18 +49,6 @@ struct BwdParams {
   float softcap_log2 = 0.0f;       // softcap * log2(e)
   bool deterministic = false;
 };
-
-// The wgmma kernel's parameters: the above plus the TMA maps (built by bwd_api.cu; tiles in bwd_sm90_config.h).
-namespace bwd {
-struct BwdWgmmaParams {
-  CUtensorMap tma_q;   // (b, sq, h, d),   box 64 cols x kBlockM rows
-  CUtensorMap tma_k;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
-  CUtensorMap tma_v;   // (b, sk, hkv, d), box 64 cols x kBlockN rows
-  CUtensorMap tma_do;  // (b, sq, h, d),   box 64 cols x kBlockM rows
-  CUtensorMap tma_dq;  // fp32 dQ accumulator (b, h, sq, d), box 32 cols x 64 rows (reduce-add target)
-  BwdParams p;
-};
-}  // namespace bwd
 
 // Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).
 inline constexpr int kBandSentinel = (1 << 30) + (1 << 20);

@@ -24,7 +24,7 @@
 //
 // Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; LSE, D 1 KB: 209 KB.
 // Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions by n_block (grid_n_block in
-// bwd_q_range.cuh; each warpgroup adds 1 when its columns are in).
+// bwd_schedule.h; each warpgroup adds 1 when its columns are in).
 #pragma once
 
 #include <cuda.h>
@@ -42,9 +42,10 @@
 #include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
+#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
-#include "kernels/sm90/bwd/bwd_q_range.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
 #include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
@@ -94,7 +95,7 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_q_range.cuh
+    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_schedule.h
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const QRange range = q_range<Tile>(P.p, n_block);
     if (warpgroup == 0) {

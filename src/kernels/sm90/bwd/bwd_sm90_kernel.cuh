@@ -25,7 +25,7 @@
 //                          writer adds it into the fp32 (b, h, sq, d) accumulator with two TMA reduce-adds
 //                          (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each). In deterministic mode a
 //                          per-(b, h, Q tile) semaphore orders the CTAs' additions by n_block (grid_n_block in
-//                          bwd_q_range.cuh: shortest first under a mask); the writer's waits
+//                          bwd_schedule.h: shortest first under a mask); the writer's waits
 //                          on it stall only the writer. Non-deterministic CTAs start their Q loop at different
 //                          tiles (QRange) so that they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
@@ -59,9 +59,10 @@
 #include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible, tanh_accurate
+#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
-#include "kernels/sm90/bwd/bwd_q_range.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
 #include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
@@ -119,7 +120,7 @@ struct BwdWgmmaKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_q_range.cuh
+    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_schedule.h
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const QRange range = q_range<Tile>(P.p, n_block);
     if (warpgroup == 0) {

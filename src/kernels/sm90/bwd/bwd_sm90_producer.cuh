@@ -7,7 +7,8 @@
 #include "hw/sm90/pipeline_state.cuh"
 #include "hw/sm90/tma.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
-#include "kernels/sm90/bwd/bwd_q_range.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"
 
 namespace flash4::sm90::bwd {
 

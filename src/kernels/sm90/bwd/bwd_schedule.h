@@ -1,10 +1,33 @@
-// The Q tiles a backward CTA visits for its key tile, shared by the wgmma kernels (tiles from `Tile`).
+// Which Q tiles a backward CTA visits for its key tile, and in which order the CTAs add into dQ in deterministic
+// mode: the schedule of the wgmma kernels (tiles from `Tile`), plain C++ for the host and the device, so that
+// tests/cpu/test_bwd_schedule.cpp checks it (coverage of the visible tiles, deadlock-free waits) without a GPU.
 #pragma once
 
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tile_visible
+#include "common/host_device.h"
 #include "kernels/sm90/bwd/bwd_params.h"
 
 namespace flash4::sm90::bwd {
+
+// By value, unlike std::min / std::max (whose references changed the kernels' SASS), and built on the host too.
+template <class T>
+FLASH4_HD T min_of(T a, T b) {
+  return a < b ? a : b;
+}
+template <class T>
+FLASH4_HD T max_of(T a, T b) {
+  return a < b ? b : a;
+}
+
+// True when the (m, n) tile holds at least one visible (query, key) pair. The band test on the tile's extreme
+// offsets is exact because every offset in between occurs in a rectangle.
+template <class Tile>
+FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
+  const long long i0 = static_cast<long long>(m) * Tile::kBlockM;
+  const long long i1 = min_of(i0 + Tile::kBlockM, static_cast<long long>(p.seqlen_q)) - 1;
+  const long long j0 = static_cast<long long>(n) * Tile::kBlockN;
+  const long long j1 = min_of(j0 + Tile::kBlockN, static_cast<long long>(p.seqlen_k)) - 1;
+  return j0 - i1 <= p.band_hi && j1 - i0 >= p.band_lo;
+}
 
 // The Q tiles that can see a CTA's keys: [m_lo, m_lo + m_count), visited (per query head) starting at
 // m_lo + m_first and wrapping around to m_lo.
@@ -20,7 +43,7 @@ namespace flash4::sm90::bwd {
 struct QRange {
   int m_lo, m_count, m_first;
   // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
-  __device__ __forceinline__ int m_block(int i) const {
+  FLASH4_HD int m_block(int i) const {
     const int k = m_first + i;
     return m_lo + (k >= m_count ? k - m_count : k);
   }
@@ -33,15 +56,21 @@ struct QRange {
 // (shortest first). Unmasked: increasing n_block in launch order (measured faster there: 189 vs 135 TFLOP/s at
 // d = 64, 16k, H200).
 template <bool kMasked>
-__device__ __forceinline__ int grid_n_block(const BwdParams& p) {
-  const int x = static_cast<int>(blockIdx.x);
-  return kMasked && p.deterministic ? p.n_blocks - 1 - x : x;
+FLASH4_HD int key_tile_of_launch(const BwdParams& p, int launch) {
+  return kMasked && p.deterministic ? p.n_blocks - 1 - launch : launch;
 }
+
+#if defined(__CUDACC__)
+template <bool kMasked>
+__device__ __forceinline__ int grid_n_block(const BwdParams& p) {
+  return key_tile_of_launch<kMasked>(p, static_cast<int>(blockIdx.x));
+}
+#endif
 
 // The number of releases a deterministic CTA waits for before adding into Q tile m_block: `per_tile` for every
 // visible (m_block, n) that adds before n_block.
 template <class Tile, bool kMasked>
-__device__ __forceinline__ int releases_before(const BwdParams& p, int m_block, int n_block, int per_tile) {
+FLASH4_HD int releases_before(const BwdParams& p, int m_block, int n_block, int per_tile) {
   int expected = 0;
   const int first = kMasked ? n_block + 1 : 0, last = kMasked ? p.n_blocks : n_block;
   for (int n = first; n < last; ++n) expected += tile_visible<Tile>(p, m_block, n) ? per_tile : 0;
@@ -49,17 +78,17 @@ __device__ __forceinline__ int releases_before(const BwdParams& p, int m_block, 
 }
 
 template <class Tile>
-__device__ __forceinline__ QRange q_range(const BwdParams& p, int n_block) {
+FLASH4_HD QRange q_range(const BwdParams& p, int n_block) {
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   const int n0 = n_block * kBlockN;
-  const long long j0 = n0, j1 = min(n0 + kBlockN, p.seqlen_k) - 1;
+  const long long j0 = n0, j1 = min_of(n0 + kBlockN, p.seqlen_k) - 1;
   const long long lo_rows = j0 - p.band_hi;  // first visible tile holds a row i >= j0 - band_hi
   const long long hi_rows = j1 - p.band_lo;  // last visible tile starts at a row i <= j1 - band_lo
-  int m_lo = lo_rows <= 0 ? 0 : static_cast<int>(min(lo_rows / kBlockM, static_cast<long long>(p.m_blocks)));
-  int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
+  int m_lo = lo_rows <= 0 ? 0 : static_cast<int>(min_of(lo_rows / kBlockM, static_cast<long long>(p.m_blocks)));
+  int m_hi = hi_rows < 0 ? -1 : static_cast<int>(min_of(hi_rows / kBlockM, static_cast<long long>(p.m_blocks) - 1));
   while (m_lo <= m_hi && !tile_visible<Tile>(p, m_lo, n_block)) ++m_lo;  // clipped last tile
   while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
-  const int m_count = max(m_hi - m_lo + 1, 0);
+  const int m_count = max_of(m_hi - m_lo + 1, 0);
   int m_first = 0;
   if (!p.deterministic && m_count > 1) {
     const int target = static_cast<int>(static_cast<long long>(n_block) * p.m_blocks / p.n_blocks) - m_lo;

@@ -1,0 +1,189 @@
+// The wgmma backward's schedule (src/kernels/sm90/bwd/bwd_schedule.h) is plain C++ shared by the host and the
+// kernels; these checks run on any machine:
+//   * tile_visible agrees with a brute-force scan of the tile, and q_range visits exactly the visible Q tiles of a
+//     key tile, each once (also with the non-deterministic rotation);
+//   * deterministic mode: releases_before counts exactly the visible contributions of key tiles launched earlier,
+//     and a CTA therefore never waits on one launched later;
+//   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
+//     with each Q tile's semaphore at its number of visible key tiles.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/sm90/bwd/bwd_schedule.h"
+#include "kernels/sm90/bwd/bwd_sm90_config.h"
+
+namespace flash4::sm90::bwd {
+namespace {
+
+struct Mask {
+  const char* name;
+  bool masked;
+  int64_t window_left, window_right;  // -1 = unbounded, as in the public API
+};
+
+// No mask, causal (bottom-right), a left window, a two-sided window.
+constexpr Mask kMasks[] = {{"none", false, -1, -1}, {"causal", true, -1, 0}, {"left32", true, 32, 0},
+                           {"band70_5", true, 70, 5}};
+constexpr int kSeqlens[] = {1, 17, 64, 65, 127, 128, 129, 300, 1000, 1013};
+
+// BwdParams of one (seqlen_q, seqlen_k, mask) on `Tile`, as bwd_api.cu fills the fields the schedule reads.
+template <class Tile>
+BwdParams make_params(int sq, int sk, const Mask& mask, bool deterministic) {
+  BwdParams p;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.m_blocks = (sq + Tile::kBlockM - 1) / Tile::kBlockM;
+  p.n_blocks = (sk + Tile::kBlockN - 1) / Tile::kBlockN;
+  const int64_t diag = static_cast<int64_t>(sk) - sq;
+  p.band_lo = mask.window_left >= 0 ? static_cast<int>(diag - mask.window_left) : -kBandSentinel;
+  p.band_hi = mask.window_right >= 0 ? static_cast<int>(diag + mask.window_right) : kBandSentinel;
+  p.deterministic = deterministic;
+  return p;
+}
+
+template <class Tile>
+bool visible_brute_force(const BwdParams& p, int m, int n) {
+  for (int i = m * Tile::kBlockM; i < std::min((m + 1) * Tile::kBlockM, p.seqlen_q); ++i)
+    for (int j = n * Tile::kBlockN; j < std::min((n + 1) * Tile::kBlockN, p.seqlen_k); ++j)
+      if (j - i >= p.band_lo && j - i <= p.band_hi) return true;
+  return false;
+}
+
+// The launch position (blockIdx.x) of key tile n.
+template <bool kMasked>
+int launch_of(const BwdParams& p, int n) {
+  for (int x = 0; x < p.n_blocks; ++x)
+    if (key_tile_of_launch<kMasked>(p, x) == n) return x;
+  return -1;
+}
+
+template <class Tile>
+void check_ranges(const char* tile_name) {
+  for (const Mask& mask : kMasks)
+    for (int sq : kSeqlens)
+      for (int sk : kSeqlens)
+        for (bool deterministic : {false, true}) {
+          const BwdParams p = make_params<Tile>(sq, sk, mask, deterministic);
+          SCOPED_TRACE(std::string(tile_name) + " " + mask.name + " sq " + std::to_string(sq) + " sk " +
+                       std::to_string(sk) + (deterministic ? " deterministic" : ""));
+          for (int n = 0; n < p.n_blocks; ++n) {
+            std::vector<int> expected, visited;
+            for (int m = 0; m < p.m_blocks; ++m) {
+              ASSERT_EQ(tile_visible<Tile>(p, m, n), visible_brute_force<Tile>(p, m, n)) << "tile " << m << ", " << n;
+              if (tile_visible<Tile>(p, m, n)) expected.push_back(m);
+            }
+            const QRange range = q_range<Tile>(p, n);
+            if (deterministic) EXPECT_EQ(range.m_first, 0) << "deterministic mode visits Q tiles in order";
+            for (int i = 0; i < range.m_count; ++i) visited.push_back(range.m_block(i));
+            std::sort(visited.begin(), visited.end());
+            EXPECT_EQ(visited, expected) << "key tile " << n;
+          }
+        }
+}
+
+TEST(BwdSchedule, QRangeVisitsExactlyTheVisibleTiles) {
+  check_ranges<WgmmaTile<64>>("d64");
+  check_ranges<WgmmaTile<128>>("d128");
+  check_ranges<WgmmaTileHd256>("d256");
+}
+
+template <class Tile, bool kMasked>
+void check_release_counts(const BwdParams& p) {
+  for (int n = 0; n < p.n_blocks; ++n)
+    for (int m = 0; m < p.m_blocks; ++m) {
+      if (!tile_visible<Tile>(p, m, n)) continue;
+      int earlier = 0;  // visible contributions to Q tile m from key tiles launched before n
+      for (int other = 0; other < p.n_blocks; ++other)
+        if (other != n && tile_visible<Tile>(p, m, other) && launch_of<kMasked>(p, other) < launch_of<kMasked>(p, n))
+          ++earlier;
+      ASSERT_EQ((releases_before<Tile, kMasked>(p, m, n, 2)), 2 * earlier) << "Q tile " << m << ", key tile " << n;
+    }
+}
+
+TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
+  for (const Mask& mask : kMasks)
+    for (int sq : kSeqlens)
+      for (int sk : kSeqlens) {
+        SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
+        const BwdParams p = make_params<WgmmaTile<128>>(sq, sk, mask, true);
+        if (mask.masked) {
+          EXPECT_EQ(key_tile_of_launch<true>(p, 0), p.n_blocks - 1) << "shortest (highest) key tile first";
+          check_release_counts<WgmmaTile<128>, true>(p);
+        } else {
+          check_release_counts<WgmmaTile<128>, false>(p);
+        }
+      }
+}
+
+// Runs one head's deterministic schedule with `resident` CTA slots filled in launch order. Every round, each
+// resident CTA whose next Q tile has all its earlier releases adds there (one release) and moves on; a finished
+// CTA frees its slot for the next launch. Returns the rounds taken, or -1 on a round where nothing could move.
+template <class Tile, bool kMasked>
+int simulate(const BwdParams& p, int resident, std::vector<int>& semaphores) {
+  struct Cta {
+    int n, next;
+    QRange range;
+  };
+  semaphores.assign(p.m_blocks, 0);
+  std::vector<Cta> running;
+  int launched = 0, rounds = 0;
+  while (true) {
+    while (static_cast<int>(running.size()) < resident && launched < p.n_blocks) {
+      const int n = key_tile_of_launch<kMasked>(p, launched++);
+      running.push_back({n, 0, q_range<Tile>(p, n)});
+    }
+    running.erase(std::remove_if(running.begin(), running.end(), [](const Cta& c) { return c.next == c.range.m_count; }),
+                  running.end());
+    if (running.empty() && launched == p.n_blocks) return rounds;
+    if (running.empty()) continue;
+    std::vector<int> adds;  // this round's releases, applied together
+    for (Cta& c : running) {
+      const int m = c.range.m_block(c.next);
+      if (semaphores[m] == releases_before<Tile, kMasked>(p, m, c.n, 1)) {
+        adds.push_back(m);
+        ++c.next;
+      }
+    }
+    if (adds.empty()) return -1;
+    for (int m : adds) ++semaphores[m];
+    ++rounds;
+  }
+}
+
+template <class Tile, bool kMasked>
+void check_simulation(const BwdParams& p) {
+  for (int resident : {1, 3, 8}) {
+    std::vector<int> semaphores;
+    const int rounds = simulate<Tile, kMasked>(p, resident, semaphores);
+    ASSERT_GE(rounds, 0) << "deadlock with " << resident << " resident CTAs";
+    for (int m = 0; m < p.m_blocks; ++m) {
+      int visible = 0;
+      for (int n = 0; n < p.n_blocks; ++n) visible += tile_visible<Tile>(p, m, n) ? 1 : 0;
+      EXPECT_EQ(semaphores[m], visible) << "Q tile " << m;
+    }
+  }
+}
+
+TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
+  for (const Mask& mask : kMasks)
+    for (int sq : {1, 129, 1000, 4097})
+      for (int sk : {17, 300, 1013, 4097}) {
+        SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
+        const BwdParams p64 = make_params<WgmmaTile<64>>(sq, sk, mask, true);
+        const BwdParams p256 = make_params<WgmmaTileHd256>(sq, sk, mask, true);
+        if (mask.masked) {
+          check_simulation<WgmmaTile<64>, true>(p64);
+          check_simulation<WgmmaTileHd256, true>(p256);
+        } else {
+          check_simulation<WgmmaTile<64>, false>(p64);
+          check_simulation<WgmmaTileHd256, false>(p256);
+        }
+      }
+}
+
+}  // namespace
+}  // namespace flash4::sm90::bwd
