@@ -163,7 +163,7 @@ struct BwdWgmmaHd256Kernel {
       }
       probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
                                                     key_row, m0, t);
-      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
+      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];  // A fragments of dV, dK (k = queries)
 #pragma unroll
       for (int j = 0; j < kBlockM / 16; ++j)
 #pragma unroll
@@ -275,17 +275,7 @@ struct BwdWgmmaHd256Kernel {
     }
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO, this warpgroup's columns ----
-    Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + col0 + 2 * t;
-    Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + col0 + 2 * t;
-#pragma unroll
-    for (int i = 0; i < kCols / 2; i += 2) {
-      const int j = key_row + 8 * ((i / 2) % 2);
-      if (j >= p.seqlen_k) continue;
-      const int col = 8 * (i / 4);
-      *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + col) =
-          pack2<Element>(acc_dk[i] * p.softmax_scale, acc_dk[i + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + col) = pack2<Element>(acc_dv[i], acc_dv[i + 1]);
-    }
+    store_dk_dv<Element, kCols>(p, acc_dk, acc_dv, b, hkv, key_row, col0, t);
   }
 };
 

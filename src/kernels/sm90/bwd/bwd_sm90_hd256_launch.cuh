@@ -5,17 +5,10 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/sm90/bwd/bwd_sm90_entry.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_hd256_kernel.cuh"
 
 namespace flash4::sm90 {
-
-template <class Kernel>
-__global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_hd256_kernel(const __grid_constant__ bwd::BwdWgmmaParams params) {
-  extern __shared__ char smem_unaligned[];
-  // 128B-swizzled tiles must start on 1024-byte boundaries.
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_unaligned) + 1023) & ~uintptr_t(1023));
-  Kernel::run(params, smem);
-}
 
 // Grid (n_blocks of 64 keys, heads_kv, batch); params.p.m_blocks counts 64-row Q tiles. blockIdx.x (n_block in
 // grid_n_block's order) is the fastest grid index: a deterministic CTA waits only on CTAs of the same (kv head,
@@ -26,7 +19,7 @@ void launch_bwd_wgmma_hd256(const bwd::BwdWgmmaParams& params, bool masked, cuda
   using Unmasked = bwd::BwdWgmmaHd256Kernel<Element, false>;
   static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes);
   constexpr int kSmemBytes = Masked::kSmemBytes;
-  auto* kernel = masked ? &bwd_wgmma_hd256_kernel<Masked> : &bwd_wgmma_hd256_kernel<Unmasked>;
+  auto* kernel = masked ? &bwd::bwd_wgmma_kernel<Masked> : &bwd::bwd_wgmma_kernel<Unmasked>;
   FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
   kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);

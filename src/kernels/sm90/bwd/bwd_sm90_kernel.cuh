@@ -298,14 +298,7 @@ struct BwdWgmmaKernel {
         const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
         need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
       }
-      // Accumulators -> A fragments (k = queries): k-step j takes elements 8j .. 8j + 7 in order.
-      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
-      auto convert = [](const float (&acc)[kBlockM / 2], uint32_t (&frag)[kBlockM / 16][4]) {
-#pragma unroll
-        for (int j = 0; j < kBlockM / 16; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) frag[j][r] = pack2<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
-      };
+      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];  // A fragments of dV, dK (k = queries)
       // dV += P^T dO: 64 keys x d, k = kBlockM queries; B MN-major.
       auto issue_dv = [&] {
         wgmma::fence();
@@ -322,7 +315,7 @@ struct BwdWgmmaKernel {
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
         probs(p, s, stage, acc_s, need_mask, key_row, m0, t);
-        convert(acc_s, p_frag);
+        to_a_fragments<Element, kBlockM>(acc_s, p_frag);
         issue_dv();
         wgmma::wait_group<1>();  // dP^T is in (dV may still run)
         wgmma::fence_operand(acc_dp);
@@ -335,10 +328,10 @@ struct BwdWgmmaKernel {
         // would otherwise stay in registers across the dP^T wait).
         probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
                                                   key_row, m0, t);
-        convert(acc_s, p_frag);
+        to_a_fragments<Element, kBlockM>(acc_s, p_frag);
         issue_dv();
       }
-      convert(acc_dp, ds_frag);
+      to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
 
       // ---- dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
       wgmma::fence();
@@ -400,26 +393,8 @@ struct BwdWgmmaKernel {
     }
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
-    Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + 2 * t;
-    Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + 2 * t;
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; i += 2) {
-      const int j = key_row + 8 * ((i / 2) % 2);
-      if (j >= p.seqlen_k) continue;
-      const int col = 8 * (i / 4);
-      *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + col) =
-          pack2<Element>(acc_dk[i] * p.softmax_scale, acc_dk[i + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + col) = pack2<Element>(acc_dv[i], acc_dv[i + 1]);
-    }
+    store_dk_dv<Element, kHeadDim>(p, acc_dk, acc_dv, b, hkv, key_row, 0, t);
   }
 };
-
-template <class Kernel>
-__global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __grid_constant__ BwdWgmmaParams params) {
-  extern __shared__ char smem_unaligned[];
-  // 128B-swizzled tiles must start on 1024-byte boundaries.
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_unaligned) + 1023) & ~uintptr_t(1023));
-  Kernel::run(params, smem);
-}
 
 }  // namespace flash4::sm90::bwd

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/sm90/bwd/bwd_sm90_entry.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_kernel.cuh"
 
 namespace flash4::sm90 {

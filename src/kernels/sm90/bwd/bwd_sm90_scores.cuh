@@ -4,6 +4,7 @@
 
 #include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_warp_ops.cuh"  // pack2
 
 namespace flash4::sm90::bwd {
 
@@ -61,6 +62,36 @@ __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const floa
   if (need_mask) {
     apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
     apply_mask<kBlockM, kMasked>(p, acc_dp, key_row, m0, t);
+  }
+}
+
+// A 64 x kBlockM fp32 accumulator -> the 16-bit A fragments of a wgmma with k = kBlockM (k-step j takes elements
+// 8j .. 8j + 7 in order: the accumulator layout is the A fragment layout).
+template <class Element, int kBlockM>
+__device__ __forceinline__ void to_a_fragments(const float (&acc)[kBlockM / 2], uint32_t (&frag)[kBlockM / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) frag[j][r] = pack2<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
+}
+
+// The epilogue: dK = softmax_scale * acc_dk and dV = acc_dv (64 keys x kCols columns from col0, accumulator
+// layout: element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)) written once from
+// registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k are skipped.
+template <class Element, int kCols>
+__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&acc_dk)[kCols / 2],
+                                            const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
+                                            int t) {
+  Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + col0 + 2 * t;
+  Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + col0 + 2 * t;
+#pragma unroll
+  for (int i = 0; i < kCols / 2; i += 2) {
+    const int j = key_row + 8 * ((i / 2) % 2);
+    if (j >= p.seqlen_k) continue;
+    const int col = 8 * (i / 4);
+    *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + col) =
+        pack2<Element>(acc_dk[i] * p.softmax_scale, acc_dk[i + 1] * p.softmax_scale);
+    *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + col) = pack2<Element>(acc_dv[i], acc_dv[i + 1]);
   }
 }
 
