@@ -5,6 +5,7 @@
 #   sanitize - compute-sanitizer memcheck + racecheck on small shapes
 #   bench  - flash4 forward vs cuDNN / FA2 (SDPA backends), JSON under $OUT
 #   bench-bwd - the same for the backward (flash4 and its deterministic mode)
+#   profile-bwd - Nsight Compute on the backward main kernel, non-deterministic and deterministic launches
 #   profile - Nsight Compute sections + SASS instruction mix of one forward launch
 #   cli    - `flash4 run --check` on the GPU (forward and backward), as a user would
 #   install-python - only the offline pip install of the Python package (for bench-py)
@@ -130,6 +131,25 @@ for stage in $STAGES; do
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls cudnn ${SDPA_ARGS:-} >>"$OUT/ab-bwd.jsonl" \
         2>"$OUT/ab-bwd-sdpa.err"
       python3 bench/compare.py "$OUT/ab-bwd.jsonl" | tee "$OUT/ab-bwd-table.txt"
+      ;;
+    profile-bwd)
+      # Nsight Compute on the backward main kernel of one shape (PROFILE_BWD_SHAPE, D:S:C): flash4_bench --backward
+      # --iters 3 launches it 3 + 3 times non-deterministic, then 3 + 3 deterministic; launches 4, 5 are
+      # non-deterministic, 6 is the first deterministic one.
+      timeout "${PROFILE_LIMIT_S:-240}" ncu --clock-control none -k regex:bwd_wgmma_kernel -s 4 -c 3 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section InstructionStats "$BUILD_DIR/bench/flash4_bench" --backward --iters 3 \
+        --shape "${PROFILE_BWD_SHAPE:-128:16384:0}" >"$OUT/ncu-bwd.txt" 2>&1
+      summary+=("ncu bwd: rc=$?")
+      # Per-instruction stall samples of the deterministic launch (where do its warps wait?).
+      timeout "${PROFILE_LIMIT_S:-240}" ncu --clock-control none -k regex:bwd_wgmma_kernel -s 6 -c 1 --section SourceCounters \
+        --section WarpStateStats --import-source no -o "$OUT/source-bwd-det" -f "$BUILD_DIR/bench/flash4_bench" --backward \
+        --iters 3 --shape "${PROFILE_BWD_SHAPE:-128:16384:0}" >"$OUT/ncu-bwd-source.log" 2>&1 &&
+        ncu -i "$OUT/source-bwd-det.ncu-rep" --page source --csv --print-source sass >"$OUT/source-bwd-det.csv" \
+          2>>"$OUT/ncu-bwd-source.log"
+      summary+=("ncu bwd det source: rc=$?")
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Stall|Grid Size" \
+        "$OUT/ncu-bwd.txt" | head -60
       ;;
     bench-bwd)
       "$BUILD_DIR/bench/flash4_bench" --backward ${BENCH_ARGS:-} >"$OUT/bench-bwd-flash4.jsonl" 2>"$OUT/bench-bwd-flash4.err"

@@ -1,7 +1,8 @@
 // The wgmma backward's schedule (src/kernels/sm90/bwd/bwd_schedule.h) is plain C++ shared by the host and the
 // kernels; these checks run on any machine:
-//   * tile_visible agrees with a brute-force scan of the tile, and q_range visits exactly the visible Q tiles of a
-//     key tile, each once (also with the non-deterministic rotation);
+//   * tile_visible agrees with a brute-force scan of the tile, q_range visits exactly the visible Q tiles of a
+//     key tile, each once (also with the non-deterministic rotation), and k_range holds exactly the key tiles a Q
+//     tile sees;
 //   * deterministic mode: releases_before counts exactly the visible contributions of key tiles launched earlier,
 //     and a CTA therefore never waits on one launched later;
 //   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
@@ -82,6 +83,13 @@ void check_ranges(const char* tile_name) {
             std::sort(visited.begin(), visited.end());
             EXPECT_EQ(visited, expected) << "key tile " << n;
           }
+          // k_range: exactly the key tiles each Q tile sees (an interval).
+          for (int m = 0; m < p.m_blocks; ++m) {
+            const KRange keys = k_range<Tile>(p, m);
+            for (int n = 0; n < p.n_blocks; ++n)
+              ASSERT_EQ(n >= keys.n_lo && n <= keys.n_hi, visible_brute_force<Tile>(p, m, n))
+                  << "Q tile " << m << ", key tile " << n << " (k_range " << keys.n_lo << ".." << keys.n_hi << ")";
+          }
         }
 }
 
@@ -104,19 +112,27 @@ void check_release_counts(const BwdParams& p) {
     }
 }
 
-TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
+template <class Tile>
+void check_deterministic_waits(const char* tile_name) {
   for (const Mask& mask : kMasks)
     for (int sq : kSeqlens)
       for (int sk : kSeqlens) {
-        SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
-        const BwdParams p = make_params<WgmmaTile<128>>(sq, sk, mask, true);
+        SCOPED_TRACE(std::string(tile_name) + " " + mask.name + " sq " + std::to_string(sq) + " sk " +
+                     std::to_string(sk));
+        const BwdParams p = make_params<Tile>(sq, sk, mask, true);
         if (mask.masked) {
           EXPECT_EQ(key_tile_of_launch<true>(p, 0), p.n_blocks - 1) << "shortest (highest) key tile first";
-          check_release_counts<WgmmaTile<128>, true>(p);
+          check_release_counts<Tile, true>(p);
         } else {
-          check_release_counts<WgmmaTile<128>, false>(p);
+          check_release_counts<Tile, false>(p);
         }
       }
+}
+
+TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
+  check_deterministic_waits<WgmmaTile<64>>("d64");
+  check_deterministic_waits<WgmmaTile<128>>("d128");
+  check_deterministic_waits<WgmmaTileHd256>("d256");
 }
 
 // Runs one head's deterministic schedule with `resident` CTA slots filled in launch order. Every round, each

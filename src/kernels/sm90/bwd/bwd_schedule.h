@@ -67,14 +67,37 @@ __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
 }
 #endif
 
+// The key tiles that Q tile m_block sees: [n_lo, n_hi] (empty when n_lo > n_hi). The band makes them one
+// interval; the first estimate comes from the tile's extreme rows and the loops fix the clipped tiles at the ends.
+struct KRange {
+  int n_lo, n_hi;
+};
+template <class Tile>
+FLASH4_HD KRange k_range(const BwdParams& p, int m_block) {
+  constexpr long long kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+  const long long i0 = m_block * kBlockM;
+  const long long i1 = min_of(i0 + kBlockM, static_cast<long long>(p.seqlen_q)) - 1;
+  const long long last_key = i1 + p.band_hi;          // a visible tile starts at a key j0 <= last_key
+  const long long first_key = i0 + p.band_lo;         // ... and ends at a key j1 >= first_key
+  if (last_key < 0) return {0, -1};
+  int n_hi = static_cast<int>(min_of(last_key / kBlockN, static_cast<long long>(p.n_blocks) - 1));
+  // the first n with n * kBlockN + kBlockN - 1 >= first_key
+  int n_lo = first_key <= 0 ? 0 : static_cast<int>(min_of(first_key / kBlockN, static_cast<long long>(p.n_blocks)));
+  while (n_lo <= n_hi && !tile_visible<Tile>(p, m_block, n_lo)) ++n_lo;  // clipped key tail
+  while (n_hi >= n_lo && !tile_visible<Tile>(p, m_block, n_hi)) --n_hi;
+  return {n_lo, n_hi};
+}
+
 // The number of releases a deterministic CTA waits for before adding into Q tile m_block: `per_tile` for every
-// visible (m_block, n) that adds before n_block.
+// visible (m_block, n) that adds before n_block (masked: n > n_block; unmasked: n < n_block). Closed form on
+// k_range: the writer computes it once per Q tile, and a loop over the key tiles (up to 127 steps at 16k) made
+// that single thread slower than the tile it was adding.
 template <class Tile, bool kMasked>
 FLASH4_HD int releases_before(const BwdParams& p, int m_block, int n_block, int per_tile) {
-  int expected = 0;
-  const int first = kMasked ? n_block + 1 : 0, last = kMasked ? p.n_blocks : n_block;
-  for (int n = first; n < last; ++n) expected += tile_visible<Tile>(p, m_block, n) ? per_tile : 0;
-  return expected;
+  const KRange r = k_range<Tile>(p, m_block);
+  const int first = kMasked ? max_of(n_block + 1, r.n_lo) : r.n_lo;
+  const int last = kMasked ? r.n_hi : min_of(n_block - 1, r.n_hi);
+  return last >= first ? (last - first + 1) * per_tile : 0;
 }
 
 template <class Tile>

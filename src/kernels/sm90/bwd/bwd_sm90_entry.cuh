@@ -11,8 +11,12 @@ namespace flash4::sm90::bwd {
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __grid_constant__ BwdWgmmaParams params) {
   extern __shared__ char smem_unaligned[];
-  // 128B-swizzled tiles must start on 1024-byte boundaries.
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_unaligned) + 1023) & ~uintptr_t(1023));
+  // 128B-swizzled tiles must start on 1024-byte boundaries. The pointer is advanced from the __shared__ array
+  // (not rebuilt from an integer), so the compiler still knows it is shared memory: rebuilt, every plain access
+  // through it (LSE / D reads, dQ staging stores) became a generic 64-bit LD / ST, and their precomputed 64-bit
+  // addresses spilled.
+  const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(smem_unaligned)) & 1023u;
+  char* smem = smem_unaligned + ((1024u - misalignment) & 1023u);
   Kernel::run(params, smem);
 }
 
