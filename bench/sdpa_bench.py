@@ -3,7 +3,7 @@
 flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
 bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
 the end), warm-up, median of N runs, input sets rotated past L2.
-Prints one JSON object per line; --backward times forward+backward minus forward."""
+Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward."""
 import argparse
 import json
 import sys
@@ -59,13 +59,14 @@ def main():
                     inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
                 for impl in args.impls.split(","):
-                    if impl == "flash4" and not have_flash4:
+                    if impl.startswith("flash4") and not have_flash4:
                         continue
 
                     def fwd(i, impl=impl):
                         q, k, v, _ = inputs[i]
-                        if impl == "flash4":
-                            return flash4.flash_attn_func(q, k, v, causal=causal)
+                        if impl.startswith("flash4"):  # flash4, flash4_deterministic
+                            return flash4.flash_attn_func(q, k, v, causal=causal,
+                                                          deterministic=impl == "flash4_deterministic")
                         backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
                         with sdpa_kernel(backend):
                             # SDPA wants (b, h, s, d); transposes are views.
@@ -73,8 +74,10 @@ def main():
                                                                   v.transpose(1, 2), is_causal=causal).transpose(1, 2)
 
                     def fwd_bwd(i):
-                        out = fwd(i)
-                        out.backward(inputs[i][3])
+                        # autograd.grad, not backward(): no accumulation into .grad (three extra elementwise
+                        # adds per call that are not the attention backward's work).
+                        q, k, v, dout = inputs[i]
+                        torch.autograd.grad(fwd(i), (q, k, v), dout)
 
                     try:
                         if args.backward:

@@ -93,9 +93,9 @@ for stage in $STAGES; do
       summary+=("forward bench (one process): rc=$?")
       : >"$OUT/bwd.jsonl"
       if [[ -z "${SKIP_BACKWARD:-}" ]]; then
-        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls flash4,cudnn,fa2 >"$OUT/bwd.jsonl" 2>"$OUT/bwd.err"
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward --impls flash4,cudnn,fa2,flash4_deterministic \
+          >"$OUT/bwd.jsonl" 2>"$OUT/bwd.err"
         summary+=("backward bench (one process): rc=$?")
-        "$BUILD_DIR/bench/flash4_bench" --backward 2>/dev/null | grep flash4_deterministic >>"$OUT/bwd.jsonl"
       fi
       if [[ -z "${SKIP_ABLATION:-}" ]]; then
         "$BUILD_DIR/bench/flash4_bench" --ablation --rounds 3 --iters 20 >"$OUT/ablation.jsonl" 2>"$OUT/ablation.err"
