@@ -79,7 +79,7 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   // Named barrier of both consumer warpgroups: "both halves of dS written".
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
-  // dQ staging buffers per consumer warpgroup (the dQ warp adds one while the consumers fill the next). d = 64
+  // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). d = 64
   // has room for one only (its 128-row Q tiles double the dS buffers).
   static constexpr int kDqBuffers = kHeadDim >= 128 ? 2 : 1;
 
@@ -98,7 +98,7 @@ struct BwdWgmmaKernel {
     uint64_t full[kStages];
     uint64_t empty[kStages];
     uint64_t dq_full[kDqBuffers][kConsumers];   // a warpgroup's piece is staged (one arrival per warp)
-    uint64_t dq_empty[kDqBuffers][kConsumers];  // the dQ warp's reduce-adds have read it
+    uint64_t dq_empty[kDqBuffers][kConsumers];  // the buffer writer's reduce-adds have read it
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
@@ -378,7 +378,7 @@ struct BwdWgmmaKernel {
 
       // ---- dQ piece -> s.dq[buffer][wg] (fp32, TMA's 128B-swizzled layout: two 64 x 32 halves, 16-byte unit u
       // of row r at u ^ (r % 8), so a warp's float2 stores hit each bank twice, the minimum for 256 bytes); the
-      // dQ warp adds it into the accumulator. ----
+      // buffer's dQ writer adds it into the accumulator. ----
       mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
       char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
 #pragma unroll
