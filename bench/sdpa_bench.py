@@ -3,7 +3,8 @@
 flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
 bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
 the end), warm-up, median of N runs, input sets rotated past L2.
-Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward."""
+Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward, or with
+--bwd-method grad-only the backward alone on kept forward graphs."""
 import argparse
 import json
 import sys
@@ -37,6 +38,9 @@ def main():
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--impls", default="cudnn,fa2,flash4")
+    # subtract: median(forward + autograd.grad) - median(forward) (noisy below 2k: two medians);
+    # grad-only: one forward per input set kept, then only autograd.grad(..., retain_graph=True) timed.
+    ap.add_argument("--bwd-method", choices=("subtract", "grad-only"), default="subtract")
     args = ap.parse_args()
     try:
         import flash4  # noqa: F401
@@ -80,7 +84,16 @@ def main():
                         torch.autograd.grad(fwd(i), (q, k, v), dout)
 
                     try:
-                        if args.backward:
+                        if args.backward and args.bwd_method == "grad-only":
+                            outs = [fwd(i) for i in range(sets)]
+
+                            def bwd_only(i):
+                                q, k, v, dout = inputs[i]
+                                torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
+
+                            ms = median_ms(bwd_only, args.iters, sets)
+                            del outs
+                        elif args.backward:
                             ms = median_ms(fwd_bwd, args.iters, sets) - median_ms(fwd, args.iters, sets)
                         else:
                             with torch.no_grad():
