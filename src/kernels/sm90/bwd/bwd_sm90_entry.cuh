@@ -2,8 +2,11 @@
 // `Kernel` on its 1024-byte aligned dynamic shared memory.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
+#include "kernels/cuda_check.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 
 namespace flash4::sm90::bwd {
@@ -18,6 +21,20 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
   const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(smem_unaligned)) & 1023u;
   char* smem = smem_unaligned + ((1024u - misalignment) & 1023u);
   Kernel::run(params, smem);
+}
+
+// Launches the masked or unmasked kernel on a (n_blocks, heads_kv, batch) grid. blockIdx.x (n_block in
+// grid_n_block's order) is the fastest grid index: in deterministic mode a CTA waits only on CTAs of the same
+// (kv head, batch) with lower linear block indices, which are therefore already scheduled.
+template <class Masked, class Unmasked>
+void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
+  static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes && Masked::kThreads == Unmasked::kThreads);
+  constexpr int kSmemBytes = Masked::kSmemBytes;
+  auto* kernel = masked ? &bwd_wgmma_kernel<Masked> : &bwd_wgmma_kernel<Unmasked>;
+  FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
+  kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
+  FLASH4_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace flash4::sm90::bwd

@@ -108,11 +108,7 @@ struct BwdWgmmaKernel {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     if (threadIdx.x == 0) {
-      mbarrier::init(&s.kv_full, 1);
-      for (int i = 0; i < kStages; ++i) {
-        mbarrier::init(&s.full[i], 1 + 32);             // the TMA issue (+ bytes) and 32 LSE / D lanes
-        mbarrier::init(&s.empty[i], kConsumers * 128);    // every consumer thread arrives (see the release)
-      }
+      init_producer_barriers<BwdWgmmaKernel>(s);
       for (int i = 0; i < kDqBuffers; ++i)
         for (int w = 0; w < kConsumers; ++w) {
           mbarrier::init(&s.dq_full[i][w], 4);

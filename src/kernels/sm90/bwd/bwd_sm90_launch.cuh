@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda_check.h"
 #include "kernels/sm90/bwd/bwd_sm90_entry.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_kernel.cuh"
 
@@ -17,17 +16,8 @@ void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream
 
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
-  using Masked = bwd::BwdWgmmaKernel<Element, kHeadDim, true>;
-  using Unmasked = bwd::BwdWgmmaKernel<Element, kHeadDim, false>;
-  static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes);
-  constexpr int kSmemBytes = Masked::kSmemBytes;
-  auto* kernel = masked ? &bwd::bwd_wgmma_kernel<Masked> : &bwd::bwd_wgmma_kernel<Unmasked>;
-  FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // blockIdx.x (n_block in grid_n_block's order) is the fastest grid index: in deterministic mode a CTA waits only
-  // on CTAs of the same (kv head, batch) with lower linear block indices, which are therefore already scheduled.
-  const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
-  kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
-  FLASH4_CUDA_CHECK_LAUNCH();
+  bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true>,
+                               bwd::BwdWgmmaKernel<Element, kHeadDim, false>>(params, masked, stream);
 }
 
 }  // namespace flash4::sm90

@@ -12,6 +12,18 @@
 
 namespace flash4::sm90::bwd {
 
+// The barriers of produce_tiles' ring (one thread, before the kernel's fence_init and __syncthreads): kv_full
+// completes on K, V's TMA bytes; full[stage] on the Q / dO TMA bytes plus the 32 LSE / D lanes; empty[stage] on
+// one arrival per consumer thread (each orders its own LSE / D reads before the next refill).
+template <class Kernel, class Storage>
+__device__ __forceinline__ void init_producer_barriers(Storage& s) {
+  mbarrier::init(&s.kv_full, 1);
+  for (int i = 0; i < Kernel::kStages; ++i) {
+    mbarrier::init(&s.full[i], 1 + 32);
+    mbarrier::init(&s.empty[i], Kernel::kConsumers * 128);
+  }
+}
+
 // The producer warp of the wgmma backward kernels: K, V once (TMA); then per Q tile Q and dO (TMA) into the
 // ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile constants and
 // its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
