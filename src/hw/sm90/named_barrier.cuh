@@ -15,6 +15,7 @@ enum class NamedBarrier : uint32_t {
   kPingPongTurnWg1 = 5,
   kPingPongTurnWg2 = 6,
   kBwdDsReady = 7,        // backward: both consumer warpgroups have written their half of dS to shared memory
+  kBwdPReady = 8,         // backward d = 256: the S warpgroup has written P^T for the dP warpgroup
   kCount
 };
 static_assert(static_cast<uint32_t>(NamedBarrier::kCount) <= 16, "the hardware has 16 named barriers");

@@ -32,18 +32,19 @@ struct WgmmaTile {
   static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
 };
 
-// head_dim 256 (bwd_sm90_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the head dim
-// of the outputs (128 columns each), so dK + dV stay at 128 registers per thread; S^T and dP^T (64 x 64) are
-// computed by both. Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB: 208 KB.
+// head_dim 256 (bwd_sm90_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the work by
+// role: one computes S^T, P^T and dV, the other dP^T, dS^T and dK (each accumulator 64 x 256: 128 registers per
+// thread), and they split dQ's columns (128 each). Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB;
+// dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB limit).
 struct WgmmaTileHd256 {
   static constexpr int kHeadDim = 256;
   static constexpr int kBlockM = 64;    // queries per Q tile
   static constexpr int kBlockN = 64;    // keys per CTA
   static constexpr int kStages = 2;     // Q / dO / LSE / D ring depth
-  static constexpr int kConsumers = 2;  // warpgroups, one per 128 output columns
+  static constexpr int kConsumers = 2;  // warpgroups: the S role and the dP role
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;             // 64-column (128-byte) swizzle chunks per row
-  static constexpr int kCols = kHeadDim / kConsumers;       // output columns per warpgroup
+  static constexpr int kCols = kHeadDim / kConsumers;       // dQ columns per warpgroup
 };
 
 }  // namespace flash4::sm90::bwd

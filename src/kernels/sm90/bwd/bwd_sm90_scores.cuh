@@ -75,24 +75,29 @@ __device__ __forceinline__ void to_a_fragments(const float (&acc)[kBlockM / 2], 
     for (int r = 0; r < 4; ++r) frag[j][r] = pack2<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
 }
 
-// The epilogue: dK = softmax_scale * acc_dk and dV = acc_dv (64 keys x kCols columns from col0, accumulator
-// layout: element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)) written once from
-// registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k are skipped.
+// The epilogue of one key-row accumulator (dK or dV: 64 keys x kCols columns from col0, accumulator layout:
+// element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)), times `scale`, written once
+// from registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k are skipped.
 template <class Element, int kCols>
-__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&acc_dk)[kCols / 2],
-                                            const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
-                                            int t) {
-  Element* g_dk = static_cast<Element*>(p.dk) + b * p.dk_stride.batch + hkv * p.dk_stride.head + col0 + 2 * t;
-  Element* g_dv = static_cast<Element*>(p.dv) + b * p.dv_stride.batch + hkv * p.dv_stride.head + col0 + 2 * t;
+__device__ __forceinline__ void store_key_rows(const BwdParams& p, void* base, const BshdStrides& stride,
+                                               const float (&acc)[kCols / 2], float scale, int b, int hkv,
+                                               int key_row, int col0, int t) {
+  Element* g = static_cast<Element*>(base) + b * stride.batch + hkv * stride.head + col0 + 2 * t;
 #pragma unroll
   for (int i = 0; i < kCols / 2; i += 2) {
     const int j = key_row + 8 * ((i / 2) % 2);
     if (j >= p.seqlen_k) continue;
-    const int col = 8 * (i / 4);
-    *reinterpret_cast<uint32_t*>(g_dk + j * p.dk_stride.seq + col) =
-        pack2<Element>(acc_dk[i] * p.softmax_scale, acc_dk[i + 1] * p.softmax_scale);
-    *reinterpret_cast<uint32_t*>(g_dv + j * p.dv_stride.seq + col) = pack2<Element>(acc_dv[i], acc_dv[i + 1]);
+    *reinterpret_cast<uint32_t*>(g + j * stride.seq + 8 * (i / 4)) = pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
   }
+}
+
+// dK = softmax_scale * acc_dk and dV = acc_dv (store_key_rows).
+template <class Element, int kCols>
+__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&acc_dk)[kCols / 2],
+                                            const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
+                                            int t) {
+  store_key_rows<Element, kCols>(p, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, t);
+  store_key_rows<Element, kCols>(p, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, t);
 }
 
 }  // namespace flash4::sm90::bwd
