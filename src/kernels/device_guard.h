@@ -11,16 +11,22 @@ namespace flash4::detail {
 
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) {
+  explicit DeviceGuard(int device) : switched_(false) {
     FLASH4_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) FLASH4_CUDA_CHECK(cudaSetDevice(device));
+    if (device != previous_) {
+      FLASH4_CUDA_CHECK(cudaSetDevice(device));
+      switched_ = true;
+    }
   }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);  // no driver call per API call when the device is already current
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool switched_;
 };
 
 }  // namespace flash4::detail

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/smem_opt_in.h"
 #include "kernels/sm90/bwd/bwd_kernel.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
 
@@ -19,7 +20,8 @@ template <class Element, int kHeadDim>
 void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream) {
   using Tile = bwd::BwdTile<kHeadDim>;
   auto* kernel = masked ? &bwd::bwd_main_kernel<Element, kHeadDim, true> : &bwd::bwd_main_kernel<Element, kHeadDim, false>;
-  FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  if (masked) detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, true>>(Tile::kSmemBytes);
+  else detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, false>>(Tile::kSmemBytes);
   // (n_block, column slice) is the fastest grid index: in deterministic mode a CTA waits only on CTAs of lower
   // n_block of the same (slice, kv head, batch), which have lower linear block indices and are therefore already
   // scheduled. The slices of one K/V tile are neighbours, so they share its K/V/Q/dO reads in L2.

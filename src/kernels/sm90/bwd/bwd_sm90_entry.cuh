@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.h"
+#include "kernels/smem_opt_in.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 
 namespace flash4::sm90::bwd {
@@ -31,7 +32,8 @@ void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStre
   static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes && Masked::kThreads == Unmasked::kThreads);
   constexpr int kSmemBytes = Masked::kSmemBytes;
   auto* kernel = masked ? &bwd_wgmma_kernel<Masked> : &bwd_wgmma_kernel<Unmasked>;
-  FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  if (masked) detail::opt_in_shared_memory<&bwd_wgmma_kernel<Masked>>(kSmemBytes);
+  else detail::opt_in_shared_memory<&bwd_wgmma_kernel<Unmasked>>(kSmemBytes);
   const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
   kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
