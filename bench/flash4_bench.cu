@@ -1,9 +1,10 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
-// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
+// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL] [--host]
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
 //   --candidates: at every seqlen, other tile shapes and launch modes for the tile table (compiled here only).
+//   --host: host microseconds per call of forward / backward on a tiny problem and of their parts (host_costs.cuh).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include "flash4/api.h"
 #include "kernels/sm90/fwd/fwd_launch.cuh"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
+#include "host_costs.cuh"
 
 namespace {
 
@@ -216,7 +218,7 @@ std::vector<Variant> tile_candidates(const Shape& sh) {
 
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
-  bool ablation = false, backward = false, candidates = false;
+  bool ablation = false, backward = false, candidates = false, host = false;
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -228,6 +230,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--ablation")) ablation = true;
     else if (!std::strcmp(argv[i], "--candidates")) candidates = true;
     else if (!std::strcmp(argv[i], "--backward")) backward = true;
+    else if (!std::strcmp(argv[i], "--host")) host = true;
+  }
+  if (host) {
+    const Inputs tiny(Shape{1, 128, 2, 64, true});
+    tiny.prepare_backward();
+    host_costs::run(tiny.args(0, {}), tiny.backward_args(0, false));
+    return 0;
   }
   std::vector<Shape> shapes;
   for (int d : {64, 128, 256})

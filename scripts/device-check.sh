@@ -15,6 +15,7 @@
 #            (devbin/old/flash4_bench_old, if carried) and cuDNN, for choosing the forward tile table
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
+#   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
@@ -108,6 +109,21 @@ for stage in $STAGES; do
       echo "-- forward"; python3 bench/compare.py "$OUT/fwd.jsonl"
       echo "-- backward"; python3 bench/compare.py "$OUT/bwd.jsonl"
       echo "-- ablation"; python3 bench/compare.py "$OUT/ablation.jsonl"
+      ;;
+    host)
+      # Host microseconds per call: the C++ API and its parts (flash4_bench --host), then the Python paths next to
+      # SDPA (bench/host_overhead.py; needs the package installed: install-python first).
+      "$BUILD_DIR/bench/flash4_bench" --host >"$OUT/host-cpp.jsonl" 2>"$OUT/host-cpp.err"
+      summary+=("host costs (C++): rc=$?")
+      PYTHONUNBUFFERED=1 python3 bench/host_overhead.py >"$OUT/host-python.txt" 2>&1
+      summary+=("host costs (Python): rc=$?")
+      python3 - "$OUT/host-cpp.jsonl" <<'PY'
+import json, sys
+print(f"{'C++ host us per call':<42} {'no sync':>8} {'sync':>8}")
+for r in map(json.loads, open(sys.argv[1])):
+    print(f"{r['item']:<42} {r['us_per_call']:8.1f} {r['us_per_call_sync']:8.1f}")
+PY
+      cat "$OUT/host-python.txt"
       ;;
     candidates)
       "$BUILD_DIR/bench/flash4_bench" --candidates ${BENCH_ARGS:-} >"$OUT/candidates.jsonl" 2>"$OUT/candidates.err"
