@@ -20,8 +20,11 @@ template <class Element, int kHeadDim>
 void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream) {
   using Tile = bwd::BwdTile<kHeadDim>;
   auto* kernel = masked ? &bwd::bwd_main_kernel<Element, kHeadDim, true> : &bwd::bwd_main_kernel<Element, kHeadDim, false>;
-  if (masked) detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, true>>(Tile::kSmemBytes);
-  else detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, false>>(Tile::kSmemBytes);
+  if (masked) {
+    detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, true>>(Tile::kSmemBytes);
+  } else {
+    detail::opt_in_shared_memory<&bwd::bwd_main_kernel<Element, kHeadDim, false>>(Tile::kSmemBytes);
+  }
   // (n_block, column slice) is the fastest grid index: in deterministic mode a CTA waits only on CTAs of lower
   // n_block of the same (slice, kv head, batch), which have lower linear block indices and are therefore already
   // scheduled. The slices of one K/V tile are neighbours, so they share its K/V/Q/dO reads in L2.
