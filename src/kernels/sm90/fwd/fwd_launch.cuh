@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "kernels/cuda_check.h"
+#include "kernels/smem_opt_in.h"
 #include "kernels/sm90/fwd/fwd_kernel.cuh"
 
 namespace flash4::sm90 {
@@ -21,14 +22,9 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   constexpr int kSmemBytes = static_cast<int>(sizeof(typename Kernel::SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
   auto* kernel = &fwd_kernel<Kernel>;
-  // The shared-memory opt-in is per device; set it once per device, not on every call.
-  static std::atomic<bool> attribute_set[64] = {};
+  detail::opt_in_shared_memory<&fwd_kernel<Kernel>>(kSmemBytes);  // once per device
   int device = 0;
   FLASH4_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= 64 || !attribute_set[device].load(std::memory_order_relaxed)) {
-    FLASH4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    if (device < 64) attribute_set[device].store(true, std::memory_order_relaxed);
-  }
   // Persistent: at most one CTA per SM (one fits), each claiming tiles until none are left. Otherwise one CTA per
   // tile, and the hardware's block scheduler balances them.
   static std::atomic<int> sm_count[64] = {};
