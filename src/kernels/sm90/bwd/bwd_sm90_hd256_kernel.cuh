@@ -134,6 +134,21 @@ struct BwdWgmmaHd256Kernel {
     wgmma::fence_operand(acc);
   }
 
+  // acc (64 keys x 256 columns) += frag (this warpgroup's 64 keys x 64 queries, 16-bit A fragments) x rows (Q or
+  // dO of a stage, 64 queries x 256 columns, four 64-column chunks, LBO = one chunk, kBlockM * 128 bytes): wgmma RS
+  // with k = 64 queries, B MN-major; issued and committed, not waited for. dV = P^T dO and dK = dS^T Q.
+  static __device__ __forceinline__ void issue_key_rows_product(const uint32_t (&frag)[kBlockM / 16][4],
+                                                                const Element (&rows)[kChunks][kBlockM][64],
+                                                                float (&acc)[kHeadDim / 2]) {
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      const uint64_t desc = wgmma::make_desc_sw128(&rows[0][ks * 16][0], kBlockM * 128, 1024);
+      wgmma::mma_rs<kHeadDim, 1, Element>(acc, frag[ks], desc, true);
+    }
+    wgmma::commit_group();
+  }
+
   // dQ[:, col0 .. col0 + 127] of one tile (dS in s.ds[buf]) into the fp32 accumulator, in the deterministic order
   // when asked. Runs in both consumer warpgroups (wg = their role index, col0 = 128 wg).
   static __device__ __forceinline__ void add_dq(const BwdParams& p, SharedStorage& s, int wg, int buf, int n_block,
@@ -240,17 +255,10 @@ struct BwdWgmmaHd256Kernel {
       }
       named_barrier_arrive(kBarPReady, 2 * 128);  // for the dP warpgroup
 
-      // ---- dV += P^T dO: 64 keys x 256 columns (four 64-column chunks, LBO = one chunk of the dO tile,
-      // kBlockM * 128 bytes), k = 64 queries, B MN-major ----
+      // ---- dV += P^T dO: 64 keys x 256 columns, k = 64 queries ----
       uint32_t p_frag[kBlockM / 16][4];
       to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        const uint64_t desc_do = wgmma::make_desc_sw128(&s.dout[stage][0][ks * 16][0], kBlockM * 128, 1024);
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dv, p_frag[ks], desc_do, true);
-      }
-      wgmma::commit_group();
+      issue_key_rows_product(p_frag, s.dout[stage], acc_dv);
       wgmma::wait_group<0>();  // dV done: Q, dO, LSE of this stage are no longer read; p_frag free
       wgmma::fence_operand(acc_dv);
 #pragma unroll
@@ -305,14 +313,8 @@ struct BwdWgmmaHd256Kernel {
       uint32_t ds_frag[kBlockM / 16][4];
       to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
 
-      // ---- dK += dS^T Q: 64 keys x 256 columns, k = 64 queries, B MN-major ----
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[stage][0][ks * 16][0], kBlockM * 128, 1024);
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], desc_q, true);
-      }
-      wgmma::commit_group();
+      // ---- dK += dS^T Q: 64 keys x 256 columns, k = 64 queries ----
+      issue_key_rows_product(ds_frag, s.q[stage], acc_dk);
 
       // ---- dS (queries x the CTA's 64 keys) to shared memory while dK runs ----
       const uint32_t s_ds = smem_addr(&s.ds[buf][0][0]) + st_off;
