@@ -4,7 +4,7 @@ tests/python/train_compare.py, profiled over a few steps with torch.profiler. Pe
 CUDA kernel times (GPU busy), the rest (GPU idle: launch overhead, host work, allocations), the top kernels and
 the CUDA runtime calls on the host.
 
-    python3 bench/profile_train_step.py [--steps 10] [train_compare options, e.g. --seqlen 1024]
+    python3 bench/profile_train_step.py [--steps 10] [--warmup 10] [train_compare model options, e.g. --seqlen 1024]
 """
 import argparse
 import os
@@ -20,16 +20,12 @@ import train_compare as tc  # noqa: E402  (the model and data of the training co
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--seqlen", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=512)
-    args = ap.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10, help="profiled steps")
+    ap.add_argument("--warmup", type=int, default=10, help="steps before profiling")
+    own, rest = ap.parse_known_args()
+    args = tc.parse_args(rest)  # the model and data options (--layers, --dim, --seqlen, ...) of train_compare
+    args.steps, args.warmup = own.steps, own.warmup
     device = torch.device("cuda")
     data = tc.CopyMarkovData(args.vocab, args.seqlen, args.batch, 0, device)
     batches = [data.batch_for(i) for i in range(args.warmup + args.steps)]
