@@ -140,9 +140,8 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
         out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
-        ctx.mark_non_differentiable(lse)
+        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic),
+                       (out, lse))
         return out, lse
 
     @staticmethod
