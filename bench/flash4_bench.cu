@@ -207,6 +207,12 @@ std::vector<Variant> tile_candidates(const Shape& sh) {
   using flash4::sm90::FwdVariant;
   std::vector<Variant> v = {{"persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 1>>(sh)},
                             {"non_persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 0>>(sh)}};
+  // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one: 224
+  // bytes of spills).
+  using SingleP = FwdVariant<-1, -1, 0, -1, -1, 0, 0, false, 0>;
+  using DoubleP = FwdVariant<-1, -1, 0, -1, -1, 0, 0, false, 1>;
+  if (sh.d == 128) v.push_back({"single_p", {}, launcher_for<128, SingleP>(sh)});
+  if (sh.d == 256) v.push_back({"double_p", {}, launcher_for<256, DoubleP>(sh)});
   if (sh.d == 64) {
     v.push_back({"m128", {}, launcher_for<64, FwdVariant<1, -1, 0, -1, -1, 128, 128>>(sh)});
     v.push_back({"poly_1of8", {}, launcher_for<64, FwdVariant<1, 0, 0, 1>>(sh)});

@@ -22,6 +22,7 @@ struct FwdTileConfig {
   int poly_exp2_per_8;    // of every 8 exponentials, how many use the FMA-pipe polynomial (0 = none)
   bool intra_wg_overlap;  // issue S(j+1) with P(j) V(j); softmax of j+1 overlaps P(j) V(j)
   bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
+  bool double_p = false;  // two P fragment buffers: P(j) is converted while P(j+1) V(j+1) still runs
 };
 
 // Pipeline choices are measured on the H200 (bench/flash4_bench --ablation at seqlen 8k and --candidates at
@@ -31,12 +32,14 @@ struct FwdTileConfig {
 // polynomial (2 of 8 exps) won 5 % only at d = 64 causal with two consumers; with three it costs 4-14 %, and
 // elsewhere even 1 of 8 costs 2-15 %: the softmax is issue/latency bound (the polynomial is ~9 instructions
 // where MUFU.EX2 is 1), not MUFU-throughput bound, so it is off everywhere (the kernel keeps it for ablation).
+// A second P buffer (double_p) wins at d = 128 (+1..+6 % at every seqlen but one noisy point; bench/results/
+// 2026-11-29-h200-fwd-double-p.json); at d = 256 it measured -9..+4 %, and d = 64 has no registers for it.
 // Candidates measured and rejected: 128 x 176 at d = 128 (-2..-12 %) and 128 x 80 at d = 256 (-7..+4 %), both
 // spill with S that large.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   (void)masked;
   if (head_dim <= 64) return {192, 128, 3, 0, true, false};
-  if (head_dim <= 128) return {128, 128, 2, 0, true, false};
+  if (head_dim <= 128) return {128, 128, 2, 0, true, false, /*double_p=*/true};
   return {128, 64, 2, 0, true, false};
 }
 

@@ -52,8 +52,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // Pipeline choices default to the tile-config table; FwdVariant overrides them for the ablation benchmark
 // (the library compiles the defaults only). -1 / 0 = take the table's value.
 template <int kOverlap = -1, int kPingPong = -1, int kStages = 0, int kPolyPer8 = -1, int kPersistent = -1,
-          int kBlockM = 0, int kBlockN = 0, bool kShortTiles = false>
+          int kBlockM = 0, int kBlockN = 0, bool kShortTiles = false, int kDoubleP = -1>
 struct FwdVariant {
+  static constexpr int double_p = kDoubleP;
   static constexpr int overlap = kOverlap, pingpong = kPingPong, stages = kStages, poly_per_8 = kPolyPer8;
   // 1: one CTA per SM claiming tiles; 0: one CTA per tile; -1: the launch rule (fwd_launch_persistent)
   static constexpr int persistent = kPersistent;
@@ -70,6 +71,7 @@ constexpr FwdTileConfig apply_variant(FwdTileConfig c) {
   if (Variant::poly_per_8 >= 0) c.poly_exp2_per_8 = Variant::poly_per_8;
   if (Variant::overlap >= 0) c.intra_wg_overlap = Variant::overlap != 0;
   if (Variant::pingpong >= 0) c.pingpong = Variant::pingpong != 0;
+  if (Variant::double_p >= 0) c.double_p = Variant::double_p != 0;
   return c;
 }
 
@@ -81,6 +83,7 @@ struct FwdKernel {
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr bool kIntraWgOverlap = kCfg.intra_wg_overlap;
   static constexpr bool kPingPong = kCfg.pingpong;
+  static constexpr bool kDoubleP = kCfg.double_p && kCfg.intra_wg_overlap;
   static constexpr int kStages = kCfg.stages;
   static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
@@ -339,6 +342,53 @@ struct FwdKernel {
         convert_p(acc_s, p_frag);
         PipelineState<kStages> st_pv = st;  // stage whose V the pending P multiplies
         st.advance();
+        if constexpr (kDoubleP) {
+          // P(n) is converted into the other buffer while P(n+1) V(n+1) still reads `pending`, so after that
+          // matmul's wait only the (rare) rescale stands between it and the next issue.
+          uint32_t p_frag2[kBlockN / 16][4];
+          auto step = [&](const uint32_t (&pending)[kBlockN / 16][4], uint32_t (&next)[kBlockN / 16][4], int n) {
+            mbarrier::wait(&s.k_full[st.stage], st.phase);
+            mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+            begin_turn();
+            wgmma::fence();
+            issue_qk(s, wg, st.stage, acc_s);
+            wgmma::commit_group();
+            issue_pv(s, st_pv.stage, pending, acc_o);
+            wgmma::commit_group();
+            end_turn();
+            wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
+            wgmma::fence_operand(acc_s);
+            release(&s.k_empty[st.stage]);
+            if (n == range.n_min) release(&s.q_empty);
+            const bool rescaled = softmax_tile(n);
+            convert_p(acc_s, next);
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(acc_o);
+            release(&s.v_empty[st_pv.stage]);
+            if (rescaled) rescale_o(acc_o, factor);
+            st_pv = st;
+            st.advance();
+          };
+          bool in_second = false;  // the pending P is in p_frag2
+          for (--n; n >= range.n_min; --n) {
+            if (in_second) step(p_frag2, p_frag, n);
+            else step(p_frag, p_frag2, n);
+            in_second = !in_second;
+          }
+          // Epilogue of the loop: the last P V.
+          mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+          begin_turn();
+          wgmma::fence();
+          if (in_second) issue_pv(s, st_pv.stage, p_frag2, acc_o);
+          else issue_pv(s, st_pv.stage, p_frag, acc_o);
+          wgmma::commit_group();
+          end_turn();
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_o);
+          release(&s.v_empty[st_pv.stage]);
+          epilogue(p, m_block, head, batch, softmax, acc_o, row0, lane);
+          return;
+        }
         for (--n; n >= range.n_min; --n) {
           mbarrier::wait(&s.k_full[st.stage], st.phase);
           mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
