@@ -1,5 +1,6 @@
 // CUDA side of the backward (src/api/backends.h): what the GPU backward supports and why not, the workspace, and
-// the three launches: preprocess (D, LSE * log2e), main kernel (dK, dV, dQ accumulator), postprocess (dQ).
+// the three launches: preprocess (D, LSE * log2e, zeroed dQ accumulator), main kernel (dK, dV, dQ accumulator),
+// postprocess (dQ).
 //
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
 //   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 (bwd_sm90_kernel.cuh) and head_dim 256
@@ -12,7 +13,7 @@
 // Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
 // the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
 // it between calls). Layout, each part 256-byte aligned:
-//   dq_accum   fp32 (b, h, sq, d)   zeroed by cudaMemsetAsync
+//   dq_accum   fp32 (b, h, sq, d)   zeroed by the preprocess kernel
 //   dsum       fp32 (b, h, sq)
 //   lse_log2   fp32 (b, h, sq)
 //   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
@@ -246,7 +247,7 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.dsum = reinterpret_cast<float*>(ws + accum_bytes);
   params.lse_log2 = reinterpret_cast<float*>(ws + accum_bytes + row_bytes);
   params.semaphores = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes);
-  if (accum_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dq_accum, 0, accum_bytes, s));
+  // dq_accum is zeroed by the preprocess kernel (bwd_prepost.cuh), which runs whenever it is non-empty.
   if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
 
   const bool bf16 = args.q.dtype == DType::kBFloat16;

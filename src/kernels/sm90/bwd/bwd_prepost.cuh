@@ -1,4 +1,4 @@
-// The backward's preprocess (D = rowsum(dO * O), LSE * log2e) and postprocess (dQ = accumulator * scale in the
+// The backward's preprocess (D = rowsum(dO * O), LSE * log2e, dQ's fp32 accumulator zeroed) and postprocess (dQ = accumulator * scale in the
 // input dtype, written with dq's strides). Memory-bound helpers, templated on the element type only.
 #pragma once
 
@@ -14,7 +14,8 @@ namespace flash4::sm90::bwd {
 inline constexpr int kPrepostThreads = 256;
 inline constexpr int kPreLanesPerRow = 16;  // a row of d <= 256 elements: 16 lanes x up to 2 chunks of 8
 
-// One (b, h, i) row per 16 lanes; row index = (b * heads + h) * seqlen_q + i, the workspace layout.
+// One (b, h, i) row per 16 lanes; row index = (b * heads + h) * seqlen_q + i, the workspace layout. The lanes
+// also zero the row of dQ's accumulator (no separate memset: one launch and one host call less per backward).
 template <class Element>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const __grid_constant__ BwdParams p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
@@ -33,6 +34,8 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
                           h * p.dout_stride.head;
     const Element* g_o =
         static_cast<const Element*>(p.out) + b * p.out_stride.batch + i * p.out_stride.seq + h * p.out_stride.head;
+    float4* accum_row = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim);  // 16-byte aligned: d % 8 == 0
+    for (int c = sub; c < p.head_dim / 4; c += kPreLanesPerRow) accum_row[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int c = sub * 8; c < p.head_dim; c += kPreLanesPerRow * 8) {
       const uint4 x = *reinterpret_cast<const uint4*>(g_do + c);
       const uint4 y = *reinterpret_cast<const uint4*>(g_o + c);
