@@ -1,5 +1,6 @@
-// The backward's preprocess (D = rowsum(dO * O), LSE * log2e, dQ's fp32 accumulator zeroed) and postprocess (dQ = accumulator * scale in the
-// input dtype, written with dq's strides). Memory-bound helpers, templated on the element type only.
+// The backward's preprocess (D = rowsum(dO * O), LSE * log2e, dQ's fp32 accumulator zeroed) and postprocess
+// (dQ = accumulator * scale in the input dtype, written with dq's strides). Memory-bound helpers, templated on the
+// element type only.
 #pragma once
 
 #include <cuda_runtime.h>
