@@ -386,42 +386,41 @@ struct FwdKernel {
           wgmma::wait_group<0>();
           wgmma::fence_operand(acc_o);
           release(&s.v_empty[st_pv.stage]);
-          epilogue(p, m_block, head, batch, softmax, acc_o, row0, lane);
-          return;
-        }
-        for (--n; n >= range.n_min; --n) {
-          mbarrier::wait(&s.k_full[st.stage], st.phase);
+        } else {
+          for (--n; n >= range.n_min; --n) {
+            mbarrier::wait(&s.k_full[st.stage], st.phase);
+            mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+            begin_turn();
+            wgmma::fence();
+            issue_qk(s, wg, st.stage, acc_s);
+            wgmma::commit_group();
+            issue_pv(s, st_pv.stage, p_frag, acc_o);
+            wgmma::commit_group();
+            end_turn();
+            wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
+            wgmma::fence_operand(acc_s);
+            release(&s.k_empty[st.stage]);
+            if (n == range.n_min) release(&s.q_empty);
+            const bool rescaled = softmax_tile(n);
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(acc_o);
+            release(&s.v_empty[st_pv.stage]);
+            if (rescaled) rescale_o(acc_o, factor);
+            convert_p(acc_s, p_frag);
+            st_pv = st;
+            st.advance();
+          }
+          // Epilogue of the loop: the last P V.
           mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
           begin_turn();
           wgmma::fence();
-          issue_qk(s, wg, st.stage, acc_s);
-          wgmma::commit_group();
           issue_pv(s, st_pv.stage, p_frag, acc_o);
           wgmma::commit_group();
           end_turn();
-          wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
-          wgmma::fence_operand(acc_s);
-          release(&s.k_empty[st.stage]);
-          if (n == range.n_min) release(&s.q_empty);
-          const bool rescaled = softmax_tile(n);
           wgmma::wait_group<0>();
           wgmma::fence_operand(acc_o);
           release(&s.v_empty[st_pv.stage]);
-          if (rescaled) rescale_o(acc_o, factor);
-          convert_p(acc_s, p_frag);
-          st_pv = st;
-          st.advance();
         }
-        // Epilogue of the loop: the last P V.
-        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
-        begin_turn();
-        wgmma::fence();
-        issue_pv(s, st_pv.stage, p_frag, acc_o);
-        wgmma::commit_group();
-        end_turn();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(acc_o);
-        release(&s.v_empty[st_pv.stage]);
       } else {
         for (int n = range.n_max; n >= range.n_min; --n) {
           compute_s_alone(n);
