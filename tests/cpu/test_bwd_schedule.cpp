@@ -5,6 +5,8 @@
 //     tile sees;
 //   * deterministic mode: releases_before counts exactly the visible contributions of key tiles launched earlier,
 //     and a CTA therefore never waits on one launched later;
+//   * work_item numbers every (key tile, kv head, batch) once, each pair's key tiles in key_tile_of_launch's order;
+//   * bwd_persistent_pays picks persistent CTAs exactly for the measured shapes where they won;
 //   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
 //     with each Q tile's semaphore at its number of visible key tiles.
 #include <gtest/gtest.h>
@@ -133,6 +135,102 @@ TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
   check_deterministic_waits<WgmmaTile<64>>("d64");
   check_deterministic_waits<WgmmaTile<128>>("d128");
   check_deterministic_waits<WgmmaTileHd256>("d256");
+}
+
+// The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1; bench/results/
+// 2026-11-29-h200-bwd-persistent-rejected.json: persistent won at d = 64 up to 1k non-causal and 4k causal, at
+// d = 128 up to 1k, and was within noise at the boundary rows here), and for short windows and GQA.
+TEST(BwdSchedule, PersistentCtasWhereItemsAreShort) {
+  const Mask& none = kMasks[0];
+  const Mask& causal = kMasks[1];
+  struct Case {
+    int head_dim, seqlen;
+    const Mask* mask;
+    int group;
+    bool persistent;
+  };
+  const Case cases[] = {{64, 512, &none, 1, true},     {64, 1024, &none, 1, true},    {64, 2048, &none, 1, true},
+                        {64, 4096, &none, 1, false},   {64, 16384, &none, 1, false},  {64, 4096, &causal, 1, true},
+                        {64, 8192, &causal, 1, false}, {128, 1024, &none, 1, true},   {128, 2048, &none, 1, false},
+                        {128, 2048, &causal, 1, true}, {128, 4096, &causal, 1, false}, {128, 512, &none, 2, true},
+                        {128, 512, &none, 4, false},   {128, 16384, &kMasks[3], 1, true}};
+  for (const Case& c : cases) {
+    const BwdParams p = c.head_dim == 64 ? make_params<WgmmaTile<64>>(c.seqlen, c.seqlen, *c.mask, false)
+                                         : make_params<WgmmaTile<128>>(c.seqlen, c.seqlen, *c.mask, false);
+    BwdParams g = p;
+    g.group = c.group;
+    const int block_m = c.head_dim == 64 ? WgmmaTile<64>::kBlockM : WgmmaTile<128>::kBlockM;
+    EXPECT_EQ(bwd_persistent_pays(g, block_m), c.persistent)
+        << "d=" << c.head_dim << " s=" << c.seqlen << " mask=" << c.mask->name << " group=" << c.group;
+  }
+}
+
+// work_item numbers every (key tile, kv head, batch) once, with each pair's key tiles in key_tile_of_launch's
+// order as w grows (what deterministic waits assume on the one-item-per-CTA grid, and what a persistent CTA's
+// increasing stride keeps).
+TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
+  for (int n_blocks : {1, 3, 32})
+    for (int heads_kv : {1, 5})
+      for (int batch : {1, 3})
+        for (bool deterministic : {false, true})
+          for (bool masked : {false, true}) {
+            BwdParams p;
+            p.n_blocks = n_blocks;
+            p.heads_kv = heads_kv;
+            p.batch = batch;
+            p.deterministic = deterministic;
+            ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * heads_kv * batch);
+            std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(heads_kv * batch, 0);
+            for (long long w = 0; w < work_items(p); ++w) {
+              const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
+              ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.hkv >= 0 && item.hkv < heads_kv &&
+                          item.b >= 0 && item.b < batch);
+              const int pair = item.b * heads_kv + item.hkv;
+              ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
+              const int expected = masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
+              EXPECT_EQ(item.n_block, expected) << "item " << w;
+              ++steps[pair];
+            }
+            for (int count : seen) EXPECT_EQ(count, 1);
+          }
+}
+
+// A persistent CTA's dQ staging over items of uneven length: the consumers' PipelineState-style position at each
+// tile (buffer, parity) is what the writer that dq_writer_first_tile assigns computes with dq_phase, and every
+// tile has exactly one writer.
+TEST(BwdSchedule, DqWritersFollowTheConsumersAcrossItems) {
+  for (int buffers : {1, 2})
+    for (const std::vector<int>& items :
+         {std::vector<int>{3, 0, 5, 1, 1, 4}, std::vector<int>{1}, std::vector<int>{2, 7, 0, 0, 3}}) {
+      // Consumers: buffer / parity at each CTA tile T.
+      std::vector<std::pair<int, unsigned>> staged;
+      int stage = 0;
+      unsigned phase = 0;
+      for (int n : items)
+        for (int it = 0; it < n; ++it) {
+          staged.push_back({stage, phase});
+          if (++stage == buffers) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      // Writers.
+      std::vector<int> writers_of(staged.size(), 0);
+      for (int writer = 0; writer < buffers; ++writer) {
+        unsigned tiles_before = 0;
+        for (int n : items) {
+          for (int it = dq_writer_first_tile(writer, tiles_before, buffers); it < n; it += buffers) {
+            const unsigned tile = tiles_before + static_cast<unsigned>(it);
+            ASSERT_LT(tile, staged.size());
+            EXPECT_EQ(staged[tile].first, writer) << "tile " << tile;
+            EXPECT_EQ(staged[tile].second, dq_phase(tile, buffers)) << "tile " << tile;
+            ++writers_of[tile];
+          }
+          tiles_before += static_cast<unsigned>(n);
+        }
+      }
+      for (size_t t = 0; t < writers_of.size(); ++t) EXPECT_EQ(writers_of[t], 1) << "tile " << t;
+    }
 }
 
 // Runs one head's deterministic schedule with `resident` CTA slots filled in launch order. Every round, each

@@ -184,6 +184,24 @@ TEST(Backward, SlidingWindow) {
   }
 }
 
+// Outside deterministic mode the d = 64 / 128 kernel runs one persistent CTA per SM, each over a stride of work
+// items (bwd_schedule.h). The shapes above have fewer items than an H200 has SMs; these have more (192, 400, 384
+// items), so CTAs carry the Q ring, the dS / dQ buffers and the K, V barriers from item to item: GQA 3:1 causal,
+// a two-sided window under which key tile 0 is invisible (items without Q tiles between items with them), and
+// softcap.
+TEST(Backward, PersistentCtasRunManyItems) {
+  FLASH4_REQUIRE_GPU();
+  run_and_check_backward(make_spec(4, 300, 300, 48, 16, 128, DType::kBFloat16, true));
+  CaseSpec s = make_spec(2, 257, 520, 40, 40, 64, DType::kFloat16, false);
+  s.window_left = 70;
+  s.window_right = 5;
+  run_and_check_backward(s);
+  s = make_spec(2, 200, 300, 64, 64, 64, DType::kBFloat16, true);
+  s.softcap = 30.0f;
+  s.input_stddev = 3.0;
+  run_and_check_backward(s);
+}
+
 TEST(Backward, Softcap) {
   FLASH4_REQUIRE_GPU();
   for (bool causal : {false, true}) {

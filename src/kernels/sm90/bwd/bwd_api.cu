@@ -17,6 +17,8 @@
 //   dsum       fp32 (b, h, sq)
 //   lse_log2   fp32 (b, h, sq)
 //   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
+//   work_counter int  zeroed by the preprocess kernel; the persistent wgmma kernel's item counter (only where
+//                     persistent CTAs run: bwd_persistent_pays, not in deterministic mode)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -167,6 +169,9 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen || p.heads > 65535 || p.heads_kv > 65535 ||
       p.batch > 65535)
     return {false, "the GPU backward supports seqlen <= 2^30 and batch, heads <= 65535"};
+  // Work items of the wgmma kernels (bwd_schedule.h) are numbered in 32 bits; 64 keys per item at least.
+  if ((p.seqlen_k + 63) / 64 * p.heads_kv * p.batch >= (int64_t{1} << 31))
+    return {false, "the GPU backward supports fewer than 2^31 (64-key tiles x kv heads x batch)"};
   return {true, ""};
 }
 
@@ -241,13 +246,21 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       args.deterministic
           ? align256(static_cast<size_t>(col_slices * p.batch * p.heads * params.m_blocks) * sizeof(int))
           : 0;
-  StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes, 256), s);
+  // Persistent CTAs where they pay (bwd_schedule.h); their item counter is zeroed by the preprocess kernel, which
+  // runs whenever rows > 0.
+  const bool persistent = wgmma && !args.deterministic && p.head_dim <= 128 && rows > 0 &&
+                          sm90::bwd::bwd_persistent_pays(params, block_m);
+  const size_t counter_bytes = persistent ? 256 : 0;
+  StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes, 256), s);
   char* ws = workspace.data();
   params.dq_accum = reinterpret_cast<float*>(ws);
   params.dsum = reinterpret_cast<float*>(ws + accum_bytes);
   params.lse_log2 = reinterpret_cast<float*>(ws + accum_bytes + row_bytes);
   params.semaphores = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes);
   // dq_accum is zeroed by the preprocess kernel (bwd_prepost.cuh), which runs whenever it is non-empty.
+  if (persistent) {
+    params.work_counter = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes + sem_bytes);
+  }
   if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
 
   const bool bf16 = args.q.dtype == DType::kBFloat16;

@@ -34,6 +34,7 @@ struct BwdParams {
   float* dsum = nullptr;      // (b, h, sq) D_i = sum_d dO_i * O_i
   float* lse_log2 = nullptr;  // (b, h, sq) LSE * log2(e); +inf for a fully masked row so that P = exp2(-inf) = 0
   int* semaphores = nullptr;  // (b, h, m_blocks), zeroed; deterministic mode only
+  int* work_counter = nullptr;  // zeroed; the persistent wgmma kernel's item counter (null: one item per CTA)
 
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0;
   int m_blocks = 0, n_blocks = 0;

@@ -16,7 +16,8 @@ inline constexpr int kPrepostThreads = 256;
 inline constexpr int kPreLanesPerRow = 16;  // a row of d <= 256 elements: 16 lanes x up to 2 chunks of 8
 
 // One (b, h, i) row per 16 lanes; row index = (b * heads + h) * seqlen_q + i, the workspace layout. The lanes
-// also zero the row of dQ's accumulator (no separate memset: one launch and one host call less per backward).
+// also zero the row of dQ's accumulator, and thread 0 the persistent main kernel's work counter if it has one
+// (no separate memsets: a launch and a host call less each per backward).
 template <class Element>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const __grid_constant__ BwdParams p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
@@ -24,6 +25,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
                       threadIdx.x / kPreLanesPerRow;
   const int sub = static_cast<int>(threadIdx.x % kPreLanesPerRow);
   const bool valid = row < rows;
+  if (p.work_counter != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.work_counter = 0;
   int64_t i = 0, h = 0, b = 0;
   float acc = 0.0f;
   if (valid) {

@@ -60,7 +60,69 @@ FLASH4_HD int key_tile_of_launch(const BwdParams& p, int launch) {
   return kMasked && p.deterministic ? p.n_blocks - 1 - launch : launch;
 }
 
+// Work items: one per (key tile, kv head, batch), numbered with the key step fastest,
+// w = step + n_blocks (hkv + heads_kv b), and the key tile of a step from key_tile_of_launch. 32-bit: the host
+// launches only problems with fewer than 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit division is a
+// subroutine call whose registers the producer and dQ writer warps (24 each) do not have.
+struct BwdWork {
+  int n_block, hkv, b;
+};
+template <bool kMasked>
+FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
+  const unsigned u = static_cast<unsigned>(w), n_blocks = static_cast<unsigned>(p.n_blocks);
+  const unsigned heads_kv = static_cast<unsigned>(p.heads_kv);
+  const unsigned pair = u / n_blocks;
+  return {key_tile_of_launch<kMasked>(p, static_cast<int>(u - pair * n_blocks)), static_cast<int>(pair % heads_kv),
+          static_cast<int>(pair / heads_kv)};
+}
+FLASH4_HD long long work_items(const BwdParams& p) {
+  return static_cast<long long>(p.n_blocks) * p.heads_kv * p.batch;
+}
+
+// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu). Measured against one CTA per item:
+// +2..+9 % where an item loops over few Q tiles (seqlen 512-1k; d = 64 causal up to 4k), -1..-3 % at 8k-16k
+// (bench/results/2026-11-29-h200-bwd-persistent-rejected.json). So they run where an item averages at most 16 Q
+// tiles: the GQA group times the Q rows a key tile sees, all of them without a mask, about half under a band open
+// on one side (causal), at most the band's width under a window.
+FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
+  const bool lo_open = p.band_lo <= -kBandSentinel, hi_open = p.band_hi >= kBandSentinel;
+  long long rows = p.seqlen_q;
+  if (lo_open != hi_open) rows = (rows + 1) / 2;
+  else if (!lo_open) rows = min_of<long long>(rows, static_cast<long long>(p.band_hi) - p.band_lo + 1);
+  const long long tiles_per_item = (rows + block_m - 1) / block_m * p.group;
+  return tiles_per_item <= 16;
+}
+
+// dQ staging across a persistent CTA's items: tile T of the CTA (counted over all its items) is staged in buffer
+// T % buffers with mbarrier parity (T / buffers) % 2, which is where the consumers' PipelineState<buffers> stands
+// at tile T. Writer `writer` handles the tiles T with T % buffers == writer; in an item whose first tile is
+// T = tiles_before, its first one is item tile dq_writer_first_tile(...), and dq_phase gives each tile's parity.
+FLASH4_HD int dq_writer_first_tile(int writer, unsigned tiles_before, int buffers) {
+  const unsigned b = static_cast<unsigned>(buffers);
+  return static_cast<int>((static_cast<unsigned>(writer) + b - tiles_before % b) % b);
+}
+FLASH4_HD unsigned dq_phase(unsigned tile, int buffers) { return (tile / static_cast<unsigned>(buffers)) & 1u; }
+
+// The items a CTA runs. One item per CTA on the (n_blocks, heads_kv, batch) grid in deterministic mode (a CTA may
+// wait only on CTAs launched before it) and where bwd_persistent_pays says no: grid_n_block. Otherwise one
+// persistent CTA per SM on a 1-D grid: item blockIdx.x first, then items claimed from a counter in w order, the
+// dynamic equivalent of the block scheduler's order (a static stride measured badly in a simulation: causal key
+// tiles differ in length, and a stride that aliases with n_blocks gives one CTA all the long ones).
+// bwd_sm90_kernel.cuh: its producer loads the next item's first Q tile and K, V while the consumers still finish
+// the previous item, and no CTA launch separates them.
+struct BwdWorkRange {
+  int first, total;  // a persistent CTA's first item (blockIdx.x) and the item count
+};
+
 #if defined(__CUDACC__)
+__device__ __forceinline__ BwdWorkRange grid_work(const BwdParams& p) {
+  return {static_cast<int>(blockIdx.x), static_cast<int>(work_items(p))};
+}
+// A persistent CTA's next item: the counter hands out gridDim.x, gridDim.x + 1, ... in order (the first gridDim.x
+// items went to the CTAs by blockIdx), so CTAs pick up items as they free up, like the block scheduler would.
+__device__ __forceinline__ int claim_next_item(const BwdParams& p) {
+  return static_cast<int>(gridDim.x) + atomicAdd(p.work_counter, 1);
+}
 template <bool kMasked>
 __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
   return key_tile_of_launch<kMasked>(p, static_cast<int>(blockIdx.x));

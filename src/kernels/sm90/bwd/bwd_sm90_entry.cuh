@@ -4,10 +4,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda_check.h"
+#include "kernels/sm_count.h"
 #include "kernels/smem_opt_in.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 
 namespace flash4::sm90::bwd {
@@ -24,9 +27,11 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
   Kernel::run(params, smem);
 }
 
-// Launches the masked or unmasked kernel on a (n_blocks, heads_kv, batch) grid. blockIdx.x (n_block in
-// grid_n_block's order) is the fastest grid index: in deterministic mode a CTA waits only on CTAs of the same
-// (kv head, batch) with lower linear block indices, which are therefore already scheduled.
+// Launches the masked or unmasked kernel. Kernels with kPersistent (launched only with a work counter, outside
+// deterministic mode: launch_bwd_wgmma): one CTA per SM on a 1-D grid, each claiming work items until none are
+// left (bwd_schedule.h). Otherwise one CTA per item on a (n_blocks, heads_kv, batch) grid: the key step is the
+// fastest grid index, so in deterministic mode a CTA waits only on CTAs of the same (kv head, batch) with lower
+// linear block indices, which are therefore already scheduled.
 template <class Masked, class Unmasked>
 void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
   static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes && Masked::kThreads == Unmasked::kThreads);
@@ -34,7 +39,17 @@ void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStre
   auto* kernel = masked ? &bwd_wgmma_kernel<Masked> : &bwd_wgmma_kernel<Unmasked>;
   if (masked) detail::opt_in_shared_memory<&bwd_wgmma_kernel<Masked>>(kSmemBytes);
   else detail::opt_in_shared_memory<&bwd_wgmma_kernel<Unmasked>>(kSmemBytes);
-  const dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
+  const long long items = work_items(params.p);
+  if (items >= (1LL << 31)) {  // refused by cuda_can_backward before anything runs
+    throw Error(Status::kNotSupported, "flash4::backward: more than 2^31 work items for the GPU");
+  }
+  dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
+  if constexpr (Masked::kPersistent) {
+    if (params.p.work_counter == nullptr) {
+      throw Error(Status::kInternal, "flash4::backward: a persistent kernel launched without a work counter");
+    }
+    grid = dim3(static_cast<unsigned>(std::min<long long>(items, detail::current_device_sm_count())));
+  }
   kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
 }

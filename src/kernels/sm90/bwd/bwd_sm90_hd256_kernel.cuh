@@ -81,6 +81,7 @@ struct BwdWgmmaHd256Kernel {
   static constexpr uint32_t kBarPReady = static_cast<uint32_t>(NamedBarrier::kBwdPReady);
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
   static constexpr int kSWarpgroup = 0, kDpWarpgroup = 1;  // consumer roles
+  static constexpr bool kPersistent = false;  // one work item per CTA (bwd_schedule.h)
 
   struct SharedStorage {
     alignas(1024) Element k[kChunks][kBlockN][64];              // 128B swizzle; A of S^T, B of dQ (MN-major)

@@ -71,7 +71,7 @@
 
 namespace flash4::sm90::bwd {
 
-template <class Element, int kHeadDim, bool kMasked>
+template <class Element, int kHeadDim, bool kMasked, bool kPersistentCtas>
 struct BwdWgmmaKernel {
   using Tile = WgmmaTile<kHeadDim>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
@@ -83,6 +83,10 @@ struct BwdWgmmaKernel {
   // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). d = 64
   // has room for one only (its 128-row Q tiles double the dS buffers).
   static constexpr int kDqBuffers = kHeadDim >= 128 ? 2 : 1;
+  // Persistent CTAs (bwd_schedule.h, BwdWorkRange; launched where bwd_persistent_pays): K, V double as the item
+  // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
+  static constexpr bool kPersistent = kPersistentCtas;
+  static constexpr int kItemReaders = kConsumers * 128 + kDqBuffers;  // consumer threads + dQ writer threads
 
 
   struct SharedStorage {
@@ -96,6 +100,10 @@ struct BwdWgmmaKernel {
     float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
     float dsum[kStages][kBlockM];  // D = rowsum(dO * O), 0 past the sequence
     uint64_t kv_full;
+    uint64_t kv_empty;  // the consumers have finished the item's K, V reads (a persistent CTA reloads them)
+    int item[2];              // the CTA's work items in turn (w; >= the item count: no more), a 2-slot ring
+    uint64_t item_full[2];    // the producer has written item[slot]
+    uint64_t item_empty[2];   // every consumer thread and dQ writer has read it
     uint64_t full[kStages];
     uint64_t empty[kStages];
     uint64_t dq_full[kDqBuffers][kConsumers];   // a warpgroup's piece is staged (one arrival per warp)
@@ -114,32 +122,95 @@ struct BwdWgmmaKernel {
           mbarrier::init(&s.dq_full[i][w], 4);
           mbarrier::init(&s.dq_empty[i][w], 1);
         }
+      if constexpr (kPersistent) {
+        for (int i = 0; i < 2; ++i) {
+          mbarrier::init(&s.item_full[i], 1);
+          mbarrier::init(&s.item_empty[i], kItemReaders);
+        }
+      }
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_schedule.h
-    const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const QRange range = q_range<Tile>(P.p, n_block);
-    if (warpgroup == 0) {
-      setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce(P, s, n_block, hkv, b, range);
-      else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
-        write_dq(P, s, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b, range);
+    if constexpr (!kPersistent) {
+      run_one_item(P, s, warpgroup);
     } else {
-      setmaxnreg_inc<240>();
-      // Softcap changes the element-wise pass and its pipelining; one loop per case keeps each loop's register
-      // allocation to its own live values (one loop with both made ptxas serialize the wgmmas).
-      if (P.p.softcap > 0.0f) {
-        consume<true>(P, s, warpgroup - 1, n_block, hkv, b, range);
+      // The CTA's work items: every role walks the same list (the producer claims them and publishes them in the
+      // item ring), and the ring, the dS / dQ buffers and the K, V barriers carry their positions across items.
+      const BwdWorkRange work = grid_work(P.p);
+      if (warpgroup == 0) {
+        setmaxnreg_dec<24>();
+        if (threadIdx.x < 32) produce(P, s, work);
+        else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
+          write_dq(P, s, static_cast<int>(threadIdx.x) / 32 - 1, work);
       } else {
-        consume<false>(P, s, warpgroup - 1, n_block, hkv, b, range);
+        setmaxnreg_inc<240>();
+        // Softcap changes the element-wise pass and its pipelining; one loop per case keeps each loop's register
+        // allocation to its own live values (one loop with both made ptxas serialize the wgmmas).
+        if (P.p.softcap > 0.0f) {
+          consume<true>(P, s, warpgroup - 1, work);
+        } else {
+          consume<false>(P, s, warpgroup - 1, work);
+        }
       }
     }
   }
 
-  static __device__ __forceinline__ void produce(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
-                                                 int b, QRange range) {
-    produce_tiles<BwdWgmmaKernel>(P, s, n_block, hkv, b, range);
+  // One CTA per work item, the item from the grid position (deterministic order: bwd_schedule.h): each role runs
+  // its item function once, with fresh pipeline state (no item loop: ptxas keeps the per-item values in registers).
+  static __device__ __forceinline__ void run_one_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup) {
+    const int n_block = grid_n_block<kMasked>(P.p);
+    const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const QRange range = q_range<Tile>(P.p, n_block);
+    if (warpgroup == 0) {
+      setmaxnreg_dec<24>();
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, n_block, hkv, b, range);
+      else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
+        write_dq_item(P, s, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b, range, 0);
+    } else {
+      setmaxnreg_inc<240>();
+      PipelineState<kStages> st;
+      PipelineState<kDqBuffers> dq_buf;
+      uint32_t kv_loads = 0;
+      if (P.p.softcap > 0.0f) {
+        consume_item<true>(P, s, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+      } else {
+        consume_item<false>(P, s, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+      }
+    }
+  }
+
+  // The producer warp decides the CTA's items (grid_work, claim_next_item) and publishes each in the item ring
+  // before loading it; the other roles read them there in the same order.
+  static __device__ __forceinline__ void produce(const BwdWgmmaParams& P, SharedStorage& s, BwdWorkRange work) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    PipelineState<kStages> ring;
+    PipelineState<2> slot;
+    uint32_t kv_loads = 0;
+    int w = work.first;
+    while (true) {
+      mbarrier::wait(&s.item_empty[slot.stage], slot.phase ^ 1u);  // a fresh barrier counts as released
+      if (lane == 0) {
+        s.item[slot.stage] = w;
+        mbarrier::arrive(&s.item_full[slot.stage]);  // release: the item store
+      }
+      slot.advance();
+      if (w >= work.total) break;
+      const BwdWork item = work_item<kMasked>(P.p, w);
+      produce_item<BwdWgmmaKernel>(P, s, item.n_block, item.hkv, item.b, q_range<Tile>(P.p, item.n_block), ring,
+                                   kv_loads);
+      int next = work.total;
+      if (lane == 0) next = claim_next_item(P.p);
+      w = __shfl_sync(0xffffffffu, next, 0);
+    }
+  }
+
+  // The next item of a reader (consumer thread or dQ writer) from the item ring; >= the item count: no more.
+  static __device__ __forceinline__ int next_item(SharedStorage& s, PipelineState<2>& slot) {
+    mbarrier::wait(&s.item_full[slot.stage], slot.phase);
+    const int w = *static_cast<volatile int*>(&s.item[slot.stage]);
+    mbarrier::arrive(&s.item_empty[slot.stage]);  // this reader's load is done before the slot is rewritten
+    slot.advance();
+    return w;
   }
 
   // The dQ writers: one thread per staging buffer (warp 1 + buffer, lane 0), so writer `w` handles Q tiles
@@ -150,14 +221,27 @@ struct BwdWgmmaKernel {
   // own additions to complete, and releases. Those waits stall only the writer: the buffer is handed back to the
   // consumers as soon as TMA has read it, and with one writer per buffer two tiles' completion waits overlap (one
   // writer measured slower than the tile: consumers waited on dq_empty for 20 % of their samples, d = 128, 16k).
-  static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int writer, int n_block,
-                                                  int hkv, int b, QRange range) {
+  static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int writer,
+                                                  BwdWorkRange work) {
+    uint32_t tiles_before = 0;  // the CTA's tiles in earlier items: tile T is staged in buffer T % kDqBuffers
+    PipelineState<2> slot;
+    for (int w = next_item(s, slot); w < work.total; w = next_item(s, slot)) {
+      const BwdWork item = work_item<kMasked>(P.p, w);
+      const QRange range = q_range<Tile>(P.p, item.n_block);
+      write_dq_item(P, s, writer, item.n_block, item.hkv, item.b, range, tiles_before);
+      tiles_before += static_cast<uint32_t>(P.p.group * range.m_count);
+    }
+  }
+  static __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, SharedStorage& s, int writer,
+                                                       int n_block, int hkv, int b, QRange range,
+                                                       uint32_t tiles_before) {
     const BwdParams& p = P.p;
     constexpr bool kSplitRows = Tile::kDqSplitRows;
     const int iterations = p.group * range.m_count;
-    const int stage = writer;  // tile `it` is staged in buffer it % kDqBuffers
-    for (int it = writer; it < iterations; it += kDqBuffers) {
-      const uint32_t phase = static_cast<uint32_t>(it / kDqBuffers) & 1u;
+    const int stage = writer;
+    // This writer's tiles of the item (bwd_schedule.h: the consumers stage tile T in buffer T % kDqBuffers).
+    for (int it = dq_writer_first_tile(writer, tiles_before, kDqBuffers); it < iterations; it += kDqBuffers) {
+      const uint32_t phase = dq_phase(tiles_before + static_cast<uint32_t>(it), kDqBuffers);
       const int h = hkv * p.group + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
       int* semaphore = nullptr;
@@ -225,8 +309,22 @@ struct BwdWgmmaKernel {
     }
   }
   template <bool kSoftcap>
-  static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
-                                                 int hkv, int b, QRange range) {
+  static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg,
+                                                 BwdWorkRange work) {
+    PipelineState<kStages> st;
+    PipelineState<kDqBuffers> dq_buf;
+    uint32_t kv_loads = 0;  // K, V loads: kv_full's phases
+    PipelineState<2> slot;
+    for (int w = next_item(s, slot); w < work.total; w = next_item(s, slot)) {
+      const BwdWork item = work_item<kMasked>(P.p, w);
+      consume_item<kSoftcap>(P, s, wg, item.n_block, item.hkv, item.b, q_range<Tile>(P.p, item.n_block), st, dq_buf,
+                             kv_loads);
+    }
+  }
+  template <bool kSoftcap>
+  static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
+                                                      int hkv, int b, QRange range, PipelineState<kStages>& st,
+                                                      PipelineState<kDqBuffers>& dq_buf, uint32_t& kv_loads) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
@@ -250,9 +348,19 @@ struct BwdWgmmaKernel {
     const int st_row = 8 * (lane / 16) + lane % 8;
     const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));
 
-    if (iterations > 0) mbarrier::wait(&s.kv_full, 0);
-    PipelineState<kStages> st;
-    PipelineState<kDqBuffers> dq_buf;
+    if (iterations > 0) mbarrier::wait(&s.kv_full, kv_loads & 1u);
+    // The K, V descriptors are the same for every tile of the item. A persistent CTA builds them once per item and
+    // holds them (built in the tile loop, the item loop around it made ptxas rebuild them and the shared-memory
+    // base, S2UR SR_CgaCtaId ..., every tile); one item per CTA builds them per tile, where they cost no registers
+    // across the loop (held, they added spills to the masked kernel).
+    auto kv_descs = [&](uint64_t& k_desc, uint64_t& v_desc, uint64_t& k_mn_desc) {
+      k_desc = wgmma::make_desc_sw128(&s.k[0][wg * 64][0], 16, 1024);
+      v_desc = wgmma::make_desc_sw128(&s.v[0][wg * 64][0], 16, 1024);
+      k_mn_desc = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][0][0], kBlockN * 128, 1024);
+      for (uint64_t* d : {&k_desc, &v_desc, &k_mn_desc}) wgmma::desc_opaque(*d);
+    };
+    uint64_t k_item = 0, v_item = 0, k_mn_item = 0;
+    if constexpr (kPersistent) kv_descs(k_item, v_item, k_mn_item);
     for (int it = 0; it < iterations; ++it) {
       const int m_block = range.m_block(it % range.m_count);
       const int m0 = m_block * kBlockM;
@@ -261,16 +369,17 @@ struct BwdWgmmaKernel {
 
       // Operand descriptors of this tile: one base per operand, each k-step an offset from it (chunks of 64
       // columns are rows * 128 bytes apart; a K-major k-step moves 32 bytes, an MN-major one 16 rows = 2048).
-      const int buf = it & 1;  // dS buffer
-      uint64_t k_base = wgmma::make_desc_sw128(&s.k[0][wg * 64][0], 16, 1024);
-      uint64_t v_base = wgmma::make_desc_sw128(&s.v[0][wg * 64][0], 16, 1024);
+      static_assert(kStages == 2, "dS buffer = ring stage");
+      // dS buffer of the CTA's tile T: T % 2, which is where the ring stands (one item: T = it).
+      const int buf = kPersistent ? stage : (it & 1);
+      uint64_t k_base = k_item, v_base = v_item, k_mn_base = k_mn_item;
+      if constexpr (!kPersistent) kv_descs(k_base, v_base, k_mn_base);
       uint64_t q_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], 16, 1024);
       uint64_t do_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], 16, 1024);
       uint64_t q_mn_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], kBlockM * 128, 1024);
       uint64_t do_mn_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], kBlockM * 128, 1024);
       uint64_t ds_base = wgmma::make_desc_sw128(&s.ds[buf][0][dq_row0][0], 16, 1024);
-      uint64_t k_mn_base = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][0][0], kBlockN * 128, 1024);
-      for (uint64_t* d : {&k_base, &v_base, &q_base, &do_base, &q_mn_base, &do_mn_base, &ds_base, &k_mn_base})
+      for (uint64_t* d : {&q_base, &do_base, &q_mn_base, &do_mn_base, &ds_base})
         wgmma::desc_opaque(*d);
       auto k_major_step = [](int ks, int rows) { return static_cast<uint32_t>((ks / 4) * rows * 128 + (ks % 4) * 32); };
       constexpr uint32_t kMnStep = 16 * 128;
@@ -390,6 +499,12 @@ struct BwdWgmmaKernel {
       if (lane == 0) mbarrier::arrive(&s.dq_full[dq_buf.stage][wg]);
       dq_buf.advance();
       st.advance();
+    }
+    if (iterations > 0) {
+      // Every wgmma of the item has completed (wait_group<0> above): K, V may be reloaded for the next item
+      // while this warpgroup writes dK, dV from registers.
+      if constexpr (kPersistent) mbarrier::arrive(&s.kv_empty);
+      ++kv_loads;
     }
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----

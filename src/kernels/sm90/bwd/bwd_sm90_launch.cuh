@@ -14,10 +14,17 @@ namespace flash4::sm90 {
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 
+// Persistent CTAs when the caller set a work counter (bwd_api.cu: outside deterministic mode, where
+// bwd_persistent_pays), else one CTA per work item.
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
-  bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true>,
-                               bwd::BwdWgmmaKernel<Element, kHeadDim, false>>(params, masked, stream);
+  if (params.p.work_counter != nullptr) {
+    bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true, true>,
+                                 bwd::BwdWgmmaKernel<Element, kHeadDim, false, true>>(params, masked, stream);
+  } else {
+    bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true, false>,
+                                 bwd::BwdWgmmaKernel<Element, kHeadDim, false, false>>(params, masked, stream);
+  }
 }
 
 }  // namespace flash4::sm90

@@ -12,9 +12,10 @@
 
 namespace flash4::sm90::bwd {
 
-// The barriers of produce_tiles' ring (one thread, before the kernel's fence_init and __syncthreads): kv_full
+// The barriers of produce_item's ring (one thread, before the kernel's fence_init and __syncthreads): kv_full
 // completes on K, V's TMA bytes; full[stage] on the Q / dO TMA bytes plus the 32 LSE / D lanes; empty[stage] on
-// one arrival per consumer thread (each orders its own LSE / D reads before the next refill).
+// one arrival per consumer thread (each orders its own LSE / D reads before the next refill); with
+// Kernel::kPersistent, kv_empty on one arrival per consumer thread once it has finished the item's K, V reads.
 template <class Kernel, class Storage>
 __device__ __forceinline__ void init_producer_barriers(Storage& s) {
   mbarrier::init(&s.kv_full, 1);
@@ -22,42 +23,52 @@ __device__ __forceinline__ void init_producer_barriers(Storage& s) {
     mbarrier::init(&s.full[i], 1 + 32);
     mbarrier::init(&s.empty[i], Kernel::kConsumers * 128);
   }
+  if constexpr (Kernel::kPersistent) mbarrier::init(&s.kv_empty, Kernel::kConsumers * 128);
 }
 
-// The producer warp of the wgmma backward kernels: K, V once (TMA); then per Q tile Q and dO (TMA) into the
-// ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile constants and
-// its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
+// The producer warp of the wgmma backward kernels, one work item: K, V (TMA) on kv_full; then per Q tile Q and dO
+// (TMA) into the ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile
+// constants and its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
+// `ring` and `kv_loads` carry over from the CTA's previous item (a persistent CTA): with Kernel::kPersistent, K and
+// V are loaded again only once the consumers have released the previous ones (kv_empty), while the ring already
+// takes the new item's first Q tiles.
 template <class Kernel, class Storage>
-__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
-                                              QRange range) {
+__device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
+                                             QRange range, PipelineState<Kernel::kStages>& ring, uint32_t& kv_loads) {
   constexpr int kChunks = Kernel::kChunks, kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
-  constexpr int kStages = Kernel::kStages;
   constexpr uint32_t kKVBytes = Kernel::kKVBytes, kQBytes = Kernel::kQBytes;
   const BwdParams& p = P.p;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int iterations = p.group * range.m_count;
   if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
-  if (lane == 0) {
-    tma::prefetch_descriptor(&P.tma_q);
-    tma::prefetch_descriptor(&P.tma_do);
+  auto load_kv = [&] {
+    if (lane != 0) return;
+    if constexpr (Kernel::kPersistent) {
+      mbarrier::wait(&s.kv_empty, (kv_loads & 1u) ^ 1u);  // the previous item's K, V are no longer read
+    }
     mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
       tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
     }
+  };
+  if (lane == 0 && kv_loads == 0) {
+    tma::prefetch_descriptor(&P.tma_q);
+    tma::prefetch_descriptor(&P.tma_do);
   }
-  PipelineState<kStages> st;
-  for (int it = 0; it < iterations; ++it) {
+  // The first item loads K, V first. A later one first puts its first Q tile into the stage that the consumers
+  // freed while they still work on the previous item's last tile, and only then waits for them to release K, V.
+  auto load_tile = [&](int it) {
     const int h = hkv * p.group + it / range.m_count;
     const int m0 = range.m_block(it % range.m_count) * kBlockM;
-    mbarrier::wait(&s.empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+    mbarrier::wait(&s.empty[ring.stage], ring.phase ^ 1u);  // a fresh barrier counts as released
     if (lane == 0) {
-      mbarrier::arrive_expect_tx(&s.full[st.stage], 2 * kQBytes);
+      mbarrier::arrive_expect_tx(&s.full[ring.stage], 2 * kQBytes);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
-        tma::load_4d(&s.q[st.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[st.stage]);
-        tma::load_4d(&s.dout[st.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[st.stage]);
+        tma::load_4d(&s.q[ring.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[ring.stage]);
+        tma::load_4d(&s.dout[ring.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[ring.stage]);
       }
     }
     const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
@@ -65,12 +76,32 @@ __device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& 
     for (int r = lane; r < kBlockM; r += 32) {
       const int i = m0 + r;
       const bool valid = i < p.seqlen_q;
-      s.lse[st.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
-      s.dsum[st.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
+      s.lse[ring.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
+      s.dsum[ring.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
     }
-    mbarrier::arrive(&s.full[st.stage]);  // release: this lane's LSE / D stores
-    st.advance();
+    mbarrier::arrive(&s.full[ring.stage]);  // release: this lane's LSE / D stores
+    ring.advance();
+  };
+  if constexpr (Kernel::kPersistent) {
+    // The first tile is peeled so that the loop below holds none of load_kv's state (K, V coordinates, kv_loads).
+    if (kv_loads == 0) load_kv();
+    load_tile(0);
+    if (kv_loads > 0) load_kv();
+    for (int it = 1; it < iterations; ++it) load_tile(it);
+  } else {
+    load_kv();
+    for (int it = 0; it < iterations; ++it) load_tile(it);
   }
+  ++kv_loads;
+}
+
+// One CTA, one work item (a kernel without kPersistent).
+template <class Kernel, class Storage>
+__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
+                                              QRange range) {
+  PipelineState<Kernel::kStages> ring;
+  uint32_t kv_loads = 0;
+  produce_item<Kernel>(P, s, n_block, hkv, b, range, ring, kv_loads);
 }
 
 }  // namespace flash4::sm90::bwd

@@ -5,9 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/cuda_check.h"
+#include "kernels/sm_count.h"
 #include "kernels/smem_opt_in.h"
 #include "kernels/sm90/fwd/fwd_kernel.cuh"
 
@@ -23,16 +23,9 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
   auto* kernel = &fwd_kernel<Kernel>;
   detail::opt_in_shared_memory<&fwd_kernel<Kernel>>(kSmemBytes);  // once per device
-  int device = 0;
-  FLASH4_CUDA_CHECK(cudaGetDevice(&device));
   // Persistent: at most one CTA per SM (one fits), each claiming tiles until none are left. Otherwise one CTA per
   // tile, and the hardware's block scheduler balances them.
-  static std::atomic<int> sm_count[64] = {};
-  int sms = device < 64 ? sm_count[device].load(std::memory_order_relaxed) : 0;
-  if (sms == 0) {
-    FLASH4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (device < 64) sm_count[device].store(sms, std::memory_order_relaxed);
-  }
+  const int sms = detail::current_device_sm_count();
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
   const bool persistent = Variant::persistent >= 0 ? Variant::persistent != 0
                                                   : fwd_launch_persistent(kMasked, params.seqlen_q);
