@@ -342,37 +342,41 @@ struct FwdKernel {
         convert_p(acc_s, p_frag);
         PipelineState<kStages> st_pv = st;  // stage whose V the pending P multiplies
         st.advance();
+        // One overlapped tile: S(n) = Q K(n)^T issued with P(n+1) V(n+1) (P in `pending`), softmax of S(n) under
+        // that matmul, P(n) into `next`. With two P buffers (kDoubleP) P(n) is converted while P(n+1) V(n+1) still
+        // reads `pending`, so after that matmul's wait only the (rare) rescale stands before the next issue; with
+        // one (`next` is `pending`) only after it.
+        using PFrag = uint32_t[kBlockN / 16][4];
+        auto overlap_step = [&](const PFrag& pending, PFrag& next, int n) {
+          mbarrier::wait(&s.k_full[st.stage], st.phase);
+          mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+          begin_turn();
+          wgmma::fence();
+          issue_qk(s, wg, st.stage, acc_s);
+          wgmma::commit_group();
+          issue_pv(s, st_pv.stage, pending, acc_o);
+          wgmma::commit_group();
+          end_turn();
+          wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
+          wgmma::fence_operand(acc_s);
+          release(&s.k_empty[st.stage]);
+          if (n == range.n_min) release(&s.q_empty);
+          const bool rescaled = softmax_tile(n);
+          if constexpr (kDoubleP) convert_p(acc_s, next);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_o);
+          release(&s.v_empty[st_pv.stage]);
+          if (rescaled) rescale_o(acc_o, factor);
+          if constexpr (!kDoubleP) convert_p(acc_s, next);
+          st_pv = st;
+          st.advance();
+        };
         if constexpr (kDoubleP) {
-          // P(n) is converted into the other buffer while P(n+1) V(n+1) still reads `pending`, so after that
-          // matmul's wait only the (rare) rescale stands between it and the next issue.
           uint32_t p_frag2[kBlockN / 16][4];
-          auto step = [&](const uint32_t (&pending)[kBlockN / 16][4], uint32_t (&next)[kBlockN / 16][4], int n) {
-            mbarrier::wait(&s.k_full[st.stage], st.phase);
-            mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
-            begin_turn();
-            wgmma::fence();
-            issue_qk(s, wg, st.stage, acc_s);
-            wgmma::commit_group();
-            issue_pv(s, st_pv.stage, pending, acc_o);
-            wgmma::commit_group();
-            end_turn();
-            wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
-            wgmma::fence_operand(acc_s);
-            release(&s.k_empty[st.stage]);
-            if (n == range.n_min) release(&s.q_empty);
-            const bool rescaled = softmax_tile(n);
-            convert_p(acc_s, next);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(acc_o);
-            release(&s.v_empty[st_pv.stage]);
-            if (rescaled) rescale_o(acc_o, factor);
-            st_pv = st;
-            st.advance();
-          };
           bool in_second = false;  // the pending P is in p_frag2
           for (--n; n >= range.n_min; --n) {
-            if (in_second) step(p_frag2, p_frag, n);
-            else step(p_frag, p_frag2, n);
+            if (in_second) overlap_step(p_frag2, p_frag, n);
+            else overlap_step(p_frag, p_frag2, n);
             in_second = !in_second;
           }
           // Epilogue of the loop: the last P V.
@@ -381,46 +385,19 @@ struct FwdKernel {
           wgmma::fence();
           if (in_second) issue_pv(s, st_pv.stage, p_frag2, acc_o);
           else issue_pv(s, st_pv.stage, p_frag, acc_o);
-          wgmma::commit_group();
-          end_turn();
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(acc_o);
-          release(&s.v_empty[st_pv.stage]);
         } else {
-          for (--n; n >= range.n_min; --n) {
-            mbarrier::wait(&s.k_full[st.stage], st.phase);
-            mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
-            begin_turn();
-            wgmma::fence();
-            issue_qk(s, wg, st.stage, acc_s);
-            wgmma::commit_group();
-            issue_pv(s, st_pv.stage, p_frag, acc_o);
-            wgmma::commit_group();
-            end_turn();
-            wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
-            wgmma::fence_operand(acc_s);
-            release(&s.k_empty[st.stage]);
-            if (n == range.n_min) release(&s.q_empty);
-            const bool rescaled = softmax_tile(n);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(acc_o);
-            release(&s.v_empty[st_pv.stage]);
-            if (rescaled) rescale_o(acc_o, factor);
-            convert_p(acc_s, p_frag);
-            st_pv = st;
-            st.advance();
-          }
+          for (--n; n >= range.n_min; --n) overlap_step(p_frag, p_frag, n);
           // Epilogue of the loop: the last P V.
           mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
           begin_turn();
           wgmma::fence();
           issue_pv(s, st_pv.stage, p_frag, acc_o);
-          wgmma::commit_group();
-          end_turn();
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(acc_o);
-          release(&s.v_empty[st_pv.stage]);
         }
+        wgmma::commit_group();
+        end_turn();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_o);
+        release(&s.v_empty[st_pv.stage]);
       } else {
         for (int n = range.n_max; n >= range.n_min; --n) {
           compute_s_alone(n);
