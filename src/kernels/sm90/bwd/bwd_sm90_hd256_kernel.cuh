@@ -185,30 +185,61 @@ struct BwdWgmmaHd256Kernel {
       }
       named_barrier_sync(kBarWg0 + wg, 128);  // our turn
     }
-    // A thread holds row r's columns 8j + 2t, +1 of every 8-column block j (r = g, then g + 8). Partners t, t ^ 1
-    // swap one pair per two blocks (j0 = 2c, j1 = 2c + 1): the even thread then holds columns 8 j0 + 4 (t / 2)
-    // .. + 3, the odd one 8 j1 + 4 (t / 2) .. + 3, so a quad adds 64 contiguous bytes per row with 16-byte
-    // atomics: half the L2 reduction requests of 8-byte ones (the d = 256 backward is bound by L2 throughput,
-    // mostly these additions: Nsight Compute, 16k non-causal).
-    const bool odd = (t & 1) != 0;
+    // Two exchanges turn the accumulator layout into full 128-byte lines per pair of quads:
+    //  1. A thread holds row r's columns 8j + 2t, +1 of every 8-column block j (r = g, then g + 8). Partners t,
+    //     t ^ 1 swap one pair per two blocks (j0 = 2c, j1 = 2c + 1): the even thread then holds columns 16c +
+    //     4 (t / 2) .. + 3, the odd one 16c + 8 + 4 (t / 2) .. + 3, so a quad holds 64 contiguous bytes of its
+    //     row per segment c.
+    //  2. Quads g and g ^ 1 (lanes 4 apart) swap four floats per two segments (2k, 2k + 1): the even quad keeps
+    //     its row's segment 2k and takes the odd quad's row's segment 2k, the odd quad keeps its row's segment
+    //     2k + 1 and takes the even quad's. Then one 16-byte atomic per thread writes the even row's 128-byte
+    //     line (columns 32k .. 32k + 31) from both quads, and a second the odd row's.
+    // The d = 256 backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal): 8-byte
+    // atomics made 32-byte pieces of lines, 16-byte ones after step 1 64-byte pieces; full lines halve the L2
+    // requests again.
+    const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
     float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + col0 +
-                  4 * (t / 2) + (odd ? 8 : 0);
+                  4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = m0 + warp * 16 + g + 8 * half;
-      float* g_row = g_dq + static_cast<int64_t>(row) * kHeadDim;
+      // Step 1, in place: afterwards segment c of this thread's row is acc_dq[a], [a + 1], [a + 4], [a + 5] with
+      // a = 8c + 2 half.
 #pragma unroll
       for (int c = 0; c < kCols / 16; ++c) {
-        const int a = 8 * c + 2 * half, bb = a + 4;  // acc_dq index of block j0's pair, block j1's pair
-        // The sent pair's registers take the received one: either way the row's four floats are then
-        // acc_dq[a], [a + 1], [bb], [bb + 1] in column order.
+        const int a = 8 * c + 2 * half, bb = a + 4;
         const float lo = __shfl_xor_sync(0xffffffffu, odd ? acc_dq[a] : acc_dq[bb], 1);
         const float hi = __shfl_xor_sync(0xffffffffu, odd ? acc_dq[a + 1] : acc_dq[bb + 1], 1);
         acc_dq[a] = odd ? lo : acc_dq[a];
         acc_dq[a + 1] = odd ? hi : acc_dq[a + 1];
         acc_dq[bb] = odd ? acc_dq[bb] : lo;
         acc_dq[bb + 1] = odd ? acc_dq[bb + 1] : hi;
-        if (row < p.seqlen_q) red_add_v4(g_row + 16 * c, acc_dq[a], acc_dq[a + 1], acc_dq[bb], acc_dq[bb + 1]);
+      }
+      // Step 2 and the atomics: rows 16 warp + (g & ~1) + 8 half (even quad's) and + 1 (odd quad's).
+      const int row_even = m0 + warp * 16 + (g & ~1) + 8 * half;
+      float* g_row = g_dq + static_cast<int64_t>(row_even) * kHeadDim;
+#pragma unroll
+      for (int k = 0; k < kCols / 32; ++k) {
+        const int a0 = 16 * k + 2 * half, a1 = a0 + 8;  // segments 2k and 2k + 1
+        const int idx[4] = {0, 1, 4, 5};
+        float mine[4], sent[4], recv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          mine[i] = odd_quad ? acc_dq[a1 + idx[i]] : acc_dq[a0 + idx[i]];  // kept: own row's segment
+          sent[i] = odd_quad ? acc_dq[a0 + idx[i]] : acc_dq[a1 + idx[i]];  // the partner row's line needs it
+          recv[i] = __shfl_xor_sync(0xffffffffu, sent[i], 4);
+        }
+        // Even quad: mine = even row, segment 2k; recv = odd row, segment 2k. Odd quad: mine = odd row, segment
+        // 2k + 1; recv = even row, segment 2k + 1 (g_dq already points 16 columns on for the odd quad).
+        float even_row[4], odd_row[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          even_row[i] = odd_quad ? recv[i] : mine[i];
+          odd_row[i] = odd_quad ? mine[i] : recv[i];
+        }
+        if (row_even < p.seqlen_q)
+          red_add_v4(g_row + 32 * k, even_row[0], even_row[1], even_row[2], even_row[3]);
+        if (row_even + 1 < p.seqlen_q)
+          red_add_v4(g_row + kHeadDim + 32 * k, odd_row[0], odd_row[1], odd_row[2], odd_row[3]);
       }
     }
     if (p.deterministic) {
