@@ -153,6 +153,10 @@ TEST(ForwardFeatures, PersistentManyTiles) {
     win.checked_rows = 40;
     run_and_check_forward(win);
   }
+  // d = 64 masked problems stay persistent up to seqlen_q 4096 (fwd_launch_persistent).
+  CaseSpec longer = make_case(1, 3001, 3001, 4, 4, 64, DType::kBFloat16, true);
+  longer.checked_rows = 40;
+  run_and_check_forward(longer);
 }
 
 // No keys at all: every row is fully masked.

@@ -64,8 +64,12 @@ constexpr FwdTileConfig fwd_tile_config_for(int head_dim, bool masked, int seqle
 // without a mask (3-10 %: no per-CTA prologue, the epilogue overlaps the next tile's loads) and for short masked
 // sequences (+5-28 % at seqlen_q <= 2k, where per-CTA setup is a large share of a short diagonal tile); for
 // long masked sequences the hardware block scheduler balances the diagonal tiles better than our longest-first
-// claiming (0-6 %). The grid size is the only difference, so this is a runtime choice.
-constexpr bool fwd_launch_persistent(bool masked, int seqlen_q) { return !masked || seqlen_q <= 2048; }
+// claiming (0-6 %). At d = 64 (192-row tiles) persistent still won causal 4k in two candidate runs (+2..+9 %;
+// bench/results/2026-11-29-h200-tile-candidates.json, ...-fwd-double-p.json) and was mixed at 8k-16k, so the
+// bound is 4k there. The grid size is the only difference, so this is a runtime choice.
+constexpr bool fwd_launch_persistent(int head_dim, bool masked, int seqlen_q) {
+  return !masked || seqlen_q <= (head_dim <= 64 ? 4096 : 2048);
+}
 
 // Consumer warpgroups (64 query rows each) and threads (+ one producer warpgroup) of a configuration.
 constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m / 64; }

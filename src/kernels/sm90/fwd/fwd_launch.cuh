@@ -28,7 +28,7 @@ void launch_forward_variant(const FwdParams& params, cudaStream_t stream) {
   const int sms = detail::current_device_sm_count();
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
   const bool persistent = Variant::persistent >= 0 ? Variant::persistent != 0
-                                                  : fwd_launch_persistent(kMasked, params.seqlen_q);
+                                                  : fwd_launch_persistent(kHeadDim, kMasked, params.seqlen_q);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, persistent ? sms : tiles));
   // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
   FwdParams launch_params = params;
