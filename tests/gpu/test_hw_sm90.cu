@@ -129,5 +129,30 @@ TEST(HopperLayer, TmaSwizzledLoadsAndWgmmaSsRs) {
   cudaFree(gd);
 }
 
+// The offset of a 1024-aligned dynamic shared-memory declaration within the CTA's shared window, modulo 1024.
+__global__ void smem_base_offset_kernel(unsigned* out) {
+  extern __shared__ __align__(1024) char smem_base[];
+  smem_base[0] = 1;  // keep the array in use
+  if (threadIdx.x == 0) *out = static_cast<unsigned>(__cvta_generic_to_shared(smem_base)) & 1023u;
+}
+
+// The d = 64 / 128 backward kernel allocates no slack for realigning its shared memory (bwd_sm90_entry.cuh): the
+// declared alignment must hold at every dynamic size, up to the 227 KB opt-in.
+TEST(HopperLayer, DynamicSharedMemoryBaseIs1024Aligned) {
+  unsigned* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaFuncSetAttribute(&smem_base_offset_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448),
+            cudaSuccess);
+  for (int bytes : {1024, 48 * 1024, 100 * 1024, 232448}) {
+    ASSERT_EQ(cudaMemset(out, 0xff, sizeof(unsigned)), cudaSuccess);
+    smem_base_offset_kernel<<<2, 128, bytes>>>(out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    unsigned offset = 0;
+    ASSERT_EQ(cudaMemcpy(&offset, out, sizeof(unsigned), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(offset, 0u) << "dynamic shared memory of " << bytes << " bytes";
+  }
+  cudaFree(out);
+}
+
 }  // namespace
 }  // namespace flash4::sm90

@@ -17,14 +17,17 @@ namespace flash4::sm90::bwd {
 
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __grid_constant__ BwdWgmmaParams params) {
-  extern __shared__ char smem_unaligned[];
-  // 128B-swizzled tiles must start on 1024-byte boundaries. The pointer is advanced from the __shared__ array
-  // (not rebuilt from an integer), so the compiler still knows it is shared memory: rebuilt, every plain access
+  // 128B-swizzled tiles must start on 1024-byte boundaries: the base is declared 1024-aligned, and a kernel whose
+  // kSmemBytes has no slack for realigning it (the d = 64 / 128 kernel) stops if it were not (tested:
+  // HopperLayer.DynamicSharedMemoryBaseIs1024Aligned). The pointer is advanced from the __shared__ array (not
+  // rebuilt from an integer), so the compiler still knows it is shared memory: rebuilt, every plain access
   // through it (LSE / D reads, dQ staging stores) became a generic 64-bit LD / ST, and their precomputed 64-bit
   // addresses spilled.
-  const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(smem_unaligned)) & 1023u;
-  char* smem = smem_unaligned + ((1024u - misalignment) & 1023u);
-  Kernel::run(params, smem);
+  extern __shared__ __align__(1024) char smem_base[];
+  const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(smem_base)) & 1023u;
+  const uint32_t advance = (1024u - misalignment) & 1023u;
+  if (advance + sizeof(typename Kernel::SharedStorage) > static_cast<uint32_t>(Kernel::kSmemBytes)) __trap();
+  Kernel::run(params, smem_base + advance);
 }
 
 // Launches the masked or unmasked kernel. Kernels with kPersistent (launched only with a work counter, outside
@@ -34,11 +37,12 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
 // linear block indices, which are therefore already scheduled.
 template <class Masked, class Unmasked>
 void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
-  static_assert(Masked::kSmemBytes == Unmasked::kSmemBytes && Masked::kThreads == Unmasked::kThreads);
-  constexpr int kSmemBytes = Masked::kSmemBytes;
+  static_assert(Masked::kThreads == Unmasked::kThreads);
+  // Sizes may differ: d = 64 unmasked one-item launches stage dQ in one buffer (bwd_sm90_kernel.cuh, kDqBuffers).
+  const int smem_bytes = masked ? Masked::kSmemBytes : Unmasked::kSmemBytes;
   auto* kernel = masked ? &bwd_wgmma_kernel<Masked> : &bwd_wgmma_kernel<Unmasked>;
-  if (masked) detail::opt_in_shared_memory<&bwd_wgmma_kernel<Masked>>(kSmemBytes);
-  else detail::opt_in_shared_memory<&bwd_wgmma_kernel<Unmasked>>(kSmemBytes);
+  if (masked) detail::opt_in_shared_memory<&bwd_wgmma_kernel<Masked>>(smem_bytes);
+  else detail::opt_in_shared_memory<&bwd_wgmma_kernel<Unmasked>>(smem_bytes);
   const long long items = work_items(params.p);
   if (items >= (1LL << 31)) {  // refused by cuda_can_backward before anything runs
     throw Error(Status::kNotSupported, "flash4::backward: more than 2^31 work items for the GPU");
@@ -50,7 +54,7 @@ void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStre
     }
     grid = dim3(static_cast<unsigned>(std::min<long long>(items, detail::current_device_sm_count())));
   }
-  kernel<<<grid, Masked::kThreads, kSmemBytes, stream>>>(params);
+  kernel<<<grid, Masked::kThreads, smem_bytes, stream>>>(params);
   FLASH4_CUDA_CHECK_LAUNCH();
 }
 

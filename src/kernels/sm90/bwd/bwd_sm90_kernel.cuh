@@ -22,12 +22,12 @@
 //                          one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
 //                          computes a 64 x 64 piece (bwd_sm90_config.h) and stages it in shared memory (fp32,
-//                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers at d = 128, 1 at d = 64); the
-//                          buffer's dQ writer adds it into the fp32 (b, h, sq, d) accumulator with two TMA
-//                          reduce-adds (cp.reduce.async.bulk.tensor .add, 64 x 32 floats each). In deterministic
-//                          mode a per-(b, h, Q tile) semaphore orders the CTAs' additions by n_block (grid_n_block
-//                          in bwd_schedule.h: shortest first under a mask); the waits on it stall only the
-//                          writers. Non-deterministic CTAs start their Q loop at different tiles (QRange) so that
+//                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers, 1 in d = 64 unmasked
+//                          one-item launches); the buffer's dQ writer adds it into the fp32 (b, h, sq, d)
+//                          accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor .add, 64 x 32
+//                          floats each). In deterministic mode a per-(b, h, Q tile) semaphore orders the CTAs'
+//                          additions by n_block (grid_n_block in bwd_schedule.h: shortest first under a mask);
+//                          the waits on it stall only the writers. Non-deterministic CTAs start their Q loop at different tiles (QRange) so that
 //                          they do not add into the same rows at once.
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
 //   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
@@ -80,9 +80,12 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   // Named barrier of both consumer warpgroups: "both halves of dS written".
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
-  // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). d = 64
-  // has room for one only (its 128-row Q tiles double the dS buffers).
-  static constexpr int kDqBuffers = kHeadDim >= 128 ? 2 : 1;
+  // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). At d = 64
+  // (128-row Q tiles double the dS buffers) the second one fits only because the dynamic shared-memory base is
+  // declared 1024-aligned (bwd_sm90_entry.cuh), so no alignment slack is allocated: exactly 227 KB. Measured at
+  // d = 64 (bench/results/2026-11-29-h200-bwd-d64-two-dq-buffers.json): +5..+7 % non-causal 512-2k, +2..+6 %
+  // causal, but -2..-5 % on unmasked items of 32+ Q tiles (non-causal 4k+), which keep one buffer.
+  static constexpr int kDqBuffers = (kHeadDim >= 128 || kMasked || kPersistentCtas) ? 2 : 1;
   // Persistent CTAs (bwd_schedule.h, BwdWorkRange; launched where bwd_persistent_pays): K, V double as the item
   // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
   static constexpr bool kPersistent = kPersistentCtas;
@@ -109,7 +112,8 @@ struct BwdWgmmaKernel {
     uint64_t dq_full[kDqBuffers][kConsumers];   // a warpgroup's piece is staged (one arrival per warp)
     uint64_t dq_empty[kDqBuffers][kConsumers];  // the buffer writer's reduce-adds have read it
   };
-  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + base alignment
+  // No alignment slack: the entry's shared-memory base is declared __align__(1024) (bwd_sm90_entry.cuh checks it).
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
 
   static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
