@@ -8,7 +8,9 @@
 //   * work_item numbers every (key tile, kv head, batch) once, each pair's key tiles in key_tile_of_launch's order;
 //   * bwd_persistent_pays picks persistent CTAs exactly for the measured shapes where they won;
 //   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
-//     with each Q tile's semaphore at its number of visible key tiles.
+//     with each Q tile's semaphore at its number of visible key tiles;
+//   * the rotated deterministic order (no mask, all of a head's CTAs resident): releases_before counts the CTAs
+//     that reach the Q tile at an earlier step of their rotated loops, and a simulation in lockstep never waits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -280,6 +282,49 @@ void check_simulation(const BwdParams& p) {
       EXPECT_EQ(semaphores[m], visible) << "Q tile " << m;
     }
   }
+}
+
+// The rotated deterministic order (det_rotated) on `Tile`: each Q tile's releases_before is the number of CTAs
+// that reach it at an earlier step of their q_range loops (ties: lower n_block first), and with every CTA
+// resident the simulation finishes in exactly one round per Q tile when no two CTAs start at the same tile.
+template <class Tile>
+void check_rotated_order(const char* tile_name) {
+  const Mask none = kMasks[0];
+  for (int sq : {1, 17, 128, 300, 1000, 1013, 2048, 4097})
+    for (int sk : {1, 64, 129, 300, 1000, 2048, 4097}) {
+      SCOPED_TRACE(std::string(tile_name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
+      BwdParams p = make_params<Tile>(sq, sk, none, true);
+      p.det_rotated = true;
+      std::vector<QRange> ranges;
+      for (int n = 0; n < p.n_blocks; ++n) ranges.push_back(q_range<Tile>(p, n));
+      auto step_of = [&](int n, int m) {
+        for (int i = 0; i < ranges[n].m_count; ++i)
+          if (ranges[n].m_block(i) == m) return i;
+        return -1;
+      };
+      for (int m = 0; m < p.m_blocks; ++m)
+        for (int n = 0; n < p.n_blocks; ++n) {
+          const int step = step_of(n, m);
+          ASSERT_GE(step, 0) << "every key tile sees every Q tile without a mask";
+          int earlier = 0;
+          for (int other = 0; other < p.n_blocks; ++other) {
+            const int s = step_of(other, m);
+            if (s < step || (s == step && other < n)) ++earlier;
+          }
+          ASSERT_EQ((releases_before<Tile, false>(p, m, n, 2)), 2 * earlier) << "Q tile " << m << ", key tile " << n;
+        }
+      std::vector<int> semaphores;
+      const int rounds = simulate<Tile, false>(p, p.n_blocks, semaphores);
+      ASSERT_GE(rounds, 0) << "deadlock with all CTAs resident";
+      if (p.n_blocks <= p.m_blocks) EXPECT_EQ(rounds, p.m_blocks) << "a CTA waited";
+      for (int m = 0; m < p.m_blocks; ++m) EXPECT_EQ(semaphores[m], p.n_blocks) << "Q tile " << m;
+    }
+}
+
+TEST(BwdSchedule, RotatedDeterministicOrderFollowsArrival) {
+  check_rotated_order<WgmmaTile<64>>("d64");
+  check_rotated_order<WgmmaTile<128>>("d128");
+  check_rotated_order<WgmmaTileHd256>("d256");
 }
 
 TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {

@@ -36,6 +36,7 @@
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
 #include "kernels/sm90/bwd/bwd_sm90_config.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm_count.h"
 #include "hw/sm90/tma_map.h"
 
 namespace flash4::sm90 {
@@ -237,6 +238,16 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     params.softcap_log2 = p.softcap * kLog2e;
   }
   params.deterministic = args.deterministic;
+  // Rotated deterministic order (bwd_schedule.h): a CTA may wait on CTAs of its (batch, kv head) launched after
+  // it, so all of them must be resident together (half the SMs at most leaves room for other work on the GPU).
+  // It also ties every CTA of a head to the pace of the latest-launched one: measured (bench/results/
+  // 2026-11-29-h200-bwd-det-rotated.json) +4..+17 % up to 32 key tiles, but -10 % at d = 64 8k (64 key tiles,
+  // start tiles one step apart), while d = 128 8k (64 key tiles, 64-row Q tiles: two steps apart) gained 6 %.
+  // So: up to 32 key tiles per step of spacing between start tiles.
+  if (args.deterministic && wgmma && !p.has_mask() && params.n_blocks > 0) {
+    const int spacing = std::max(1, params.m_blocks / params.n_blocks);
+    params.det_rotated = params.n_blocks <= std::min(detail::current_device_sm_count() / 2, 32 * spacing);
+  }
 
   const int64_t rows = p.batch * p.heads * p.seqlen_q;
   const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));

@@ -49,6 +49,10 @@ struct BwdParams {
   float softcap_pre_scale = 0.0f;  // softmax_scale / softcap
   float softcap_log2 = 0.0f;       // softcap * log2(e)
   bool deterministic = false;
+  // Deterministic without a mask, with few enough key tiles per (batch, kv head) that all of them are resident
+  // at once (bwd_api.cu decides): Q loops rotate as in the non-deterministic mode and the additions into a Q tile
+  // follow the order in which the CTAs reach it (bwd_schedule.h, det_arrival_rank).
+  bool det_rotated = false;
 };
 
 // Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).

@@ -38,8 +38,10 @@ FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
 // each CTA at the Q tile "aligned" with its key tile, n_block * m_blocks / n_blocks (spread evenly over the Q
 // tiles), keeps concurrent CTAs on different rows. For causal and other banded masks that start tile is usually
 // m_lo already (ranges are staggered by the mask), so the order there is unchanged.
-// Deterministic mode does not rotate: its semaphores add in a fixed n_block order (grid_n_block below), and an
-// unrotated loop meets them in that order.
+// Deterministic mode rotates only without a mask and when a (batch, kv head)'s CTAs fit on the GPU at once
+// (det_rotated): then each Q tile's additions follow the order in which the rotated loops reach it
+// (det_arrival_rank). Otherwise its semaphores add in a fixed n_block order (grid_n_block below), which an
+// unrotated loop meets in that order.
 struct QRange {
   int m_lo, m_count, m_first;
   // The Q tile of step `i` (0 <= i < m_count) of one query head's loop.
@@ -154,8 +156,26 @@ FLASH4_HD KRange k_range(const BwdParams& p, int m_block) {
 // visible (m_block, n) that adds before n_block (masked: n > n_block; unmasked: n < n_block). Closed form on
 // k_range: the writer computes it once per Q tile, and a loop over the key tiles (up to 127 steps at 16k) made
 // that single thread slower than the tile it was adding.
+//
+// Rotated (det_rotated; no mask, so every key tile sees every Q tile): CTA n starts at Q tile f(n) = n T / N
+// (T = m_blocks, N = n_blocks, as q_range rotates) and reaches Q tile m at step (m - f(n)) mod T. The CTAs add in
+// order of that step, ties (same start tile, when N > T) by n. Unrotated, CTA n would wait for all of n's
+// predecessors to add into each tile one after the other (a chain of TMA completions per tile at the start of
+// every head); rotated, the CTA before it in a tile's order added there a whole step earlier.
+FLASH4_HD int det_arrival_rank(int m_block, int n_block, int m_blocks, int n_blocks) {
+  const long long T = m_blocks, N = n_blocks;
+  // CTAs whose start tile is <= x (0 <= x < T): n T / N <= x  <=>  n < (x + 1) N / T.
+  auto starting_by = [&](long long x) { return x < 0 ? 0LL : min_of(N, ((x + 1) * N + T - 1) / T); };
+  const long long f = n_block * T / N;
+  // Earlier steps: start tiles in the cyclic interval (f, m_block].
+  const long long earlier = m_block >= f ? starting_by(m_block) - starting_by(f)
+                                         : N - starting_by(f) + starting_by(m_block);
+  return static_cast<int>(earlier + n_block - starting_by(f - 1));  // + same start tile, lower n
+}
+
 template <class Tile, bool kMasked>
 FLASH4_HD int releases_before(const BwdParams& p, int m_block, int n_block, int per_tile) {
+  if (!kMasked && p.det_rotated) return det_arrival_rank(m_block, n_block, p.m_blocks, p.n_blocks) * per_tile;
   const KRange r = k_range<Tile>(p, m_block);
   const int first = kMasked ? max_of(n_block + 1, r.n_lo) : r.n_lo;
   const int last = kMasked ? r.n_hi : min_of(n_block - 1, r.n_hi);
@@ -175,7 +195,7 @@ FLASH4_HD QRange q_range(const BwdParams& p, int n_block) {
   while (m_hi >= m_lo && !tile_visible<Tile>(p, m_hi, n_block)) --m_hi;
   const int m_count = max_of(m_hi - m_lo + 1, 0);
   int m_first = 0;
-  if (!p.deterministic && m_count > 1) {
+  if ((!p.deterministic || p.det_rotated) && m_count > 1) {
     const int target = static_cast<int>(static_cast<long long>(n_block) * p.m_blocks / p.n_blocks) - m_lo;
     if (target > 0 && target < m_count) m_first = target;
   }
