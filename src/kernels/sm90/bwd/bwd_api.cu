@@ -248,6 +248,13 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     const int spacing = std::max(1, params.m_blocks / params.n_blocks);
     params.det_rotated = params.n_blocks <= std::min(detail::current_device_sm_count() / 2, 32 * spacing);
   }
+  // d = 256 deterministic: release dQ additions one tile late (bwd_sm90_hd256_kernel.cuh), +3..+11 % except where
+  // each CTA waits on its predecessor's release in lockstep, i.e. unmasked, unrotated, and a head's CTAs resident
+  // together: -7 % at 4k (64 key tiles; bench/results/2026-11-29-h200-bwd-hd256-det-deferred-release.json).
+  if (args.deterministic && wgmma && p.head_dim == 256) {
+    params.det_defer_release = p.has_mask() || params.det_rotated ||
+                               params.n_blocks > detail::current_device_sm_count() / 2;
+  }
 
   const int64_t rows = p.batch * p.heads * p.seqlen_q;
   const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));

@@ -33,8 +33,8 @@
 //   dK (* softmax_scale) by the dP warpgroup and dV by the S warpgroup are written once at the end.
 //
 // Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; p_xchg 16 KB; LSE, D 1 KB: 225 KB.
-// Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions by n_block (grid_n_block in
-// bwd_schedule.h; each warpgroup adds 1 when its columns are in).
+// Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions (releases_before in
+// bwd_schedule.h); each warpgroup adds 1 once its columns are in, which it makes known one tile later (release_dq).
 #pragma once
 
 #include <cuda.h>
@@ -151,10 +151,22 @@ struct BwdWgmmaHd256Kernel {
     wgmma::commit_group();
   }
 
+  // Deterministic mode: a warpgroup releases its additions into a Q tile's semaphore at its next add_dq (before
+  // it waits for its own turn there, so no wait depends on a release behind it) or after its loop. By then a
+  // whole tile of work has passed since the red.global.adds were issued, so the fence that must precede the
+  // release no longer stalls the warpgroup on their trip to L2. `pending` = the tile's semaphore index, -1 = none
+  // (32 bits: there are b * heads * m_blocks semaphores, far fewer than 2^31 for any Q that fits in memory).
+  static __device__ __forceinline__ void release_dq(const BwdParams& p, int wg, int& pending) {
+    __threadfence();                        // this thread's additions are performed
+    named_barrier_sync(kBarWg0 + wg, 128);  // ... and every thread's
+    if (threadIdx.x % 128 == 0) red_release_gpu_add(p.semaphores + pending, 1);
+    pending = -1;
+  }
+
   // dQ[:, col0 .. col0 + 127] of one tile (dS in s.ds[buf]) into the fp32 accumulator, in the deterministic order
   // when asked. Runs in both consumer warpgroups (wg = their role index, col0 = 128 wg).
   static __device__ __forceinline__ void add_dq(const BwdParams& p, SharedStorage& s, int wg, int buf, int n_block,
-                                                int h, int b, int m_block, int m0) {
+                                                int h, int b, int m_block, int m0, int& pending) {
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int col0 = wg * kCols;
@@ -172,16 +184,17 @@ struct BwdWgmmaHd256Kernel {
     wgmma::fence_operand(acc_dq);
 
     // ---- dQ accumulator (fp32, (b, h, sq, d)) += dQ[:, cols]: rows 16 warp + g (+8), columns 8 (i / 4) + 2t ----
-    int* semaphore = nullptr;
+    int semaphore = -1;
     if (p.deterministic) {
-      // Warpgroups add into this (b, h, Q tile) in the order of grid_n_block; each visible (tile, earlier n_block)
-      // contributes one release per consumer warpgroup. Wait for "at least": the other warpgroup of this CTA
+      // Warpgroups add into this (b, h, Q tile) in the order of releases_before; each visible (tile, earlier key
+      // tile) contributes one release per consumer warpgroup. Wait for "at least": the other warpgroup of this CTA
       // (disjoint columns, so its order against ours does not change any sum) may already have released, while
-      // no later n_block can add before both of ours have.
-      semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
+      // no later key tile can add before both of ours have.
+      if (pending >= 0) release_dq(p, wg, pending);
+      semaphore = (b * p.heads + h) * p.m_blocks + m_block;
       if (tid == 0) {
         const int expected = releases_before<Tile, kMasked>(p, m_block, n_block, kConsumers);
-        while (ld_acquire_gpu(semaphore) < expected) __nanosleep(64);
+        while (ld_acquire_gpu(p.semaphores + semaphore) < expected) __nanosleep(64);
       }
       named_barrier_sync(kBarWg0 + wg, 128);  // our turn
     }
@@ -242,11 +255,8 @@ struct BwdWgmmaHd256Kernel {
           red_add_v4(g_row + kHeadDim + 32 * k, odd_row[0], odd_row[1], odd_row[2], odd_row[3]);
       }
     }
-    if (p.deterministic) {
-      __threadfence();                        // this thread's additions are performed
-      named_barrier_sync(kBarWg0 + wg, 128);  // ... and every thread's
-      if (tid == 0) red_release_gpu_add(semaphore, 1);
-    }
+    pending = semaphore;  // released at the next add_dq or after the loop (release_dq) ...
+    if (p.deterministic && !p.det_defer_release) release_dq(p, wg, pending);  // ... or now (bwd_params.h)
   }
 
   // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all 256 columns, dQ columns 0 .. 127.
@@ -262,6 +272,7 @@ struct BwdWgmmaHd256Kernel {
 
     mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
+    int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     for (int it = 0; it < iterations; ++it) {
       const int h = hkv * p.group + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
@@ -316,9 +327,10 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);  // every consumer thread arrives (see bwd_sm90_kernel.cuh)
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // the dP warpgroup has written dS (and read p_xchg)
-      add_dq(p, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0);
+      add_dq(p, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
+    if (pending >= 0) release_dq(p, kSWarpgroup, pending);
   }
 
   // The dP warpgroup: dP^T, dS^T (from the S warpgroup's P^T), dK over all 256 columns, dS to shared memory, dQ
@@ -338,6 +350,7 @@ struct BwdWgmmaHd256Kernel {
 
     mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
+    int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     for (int it = 0; it < iterations; ++it) {
       const int h = hkv * p.group + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
@@ -379,9 +392,10 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // both warpgroups: dS of this tile is written
-      add_dq(p, s, kDpWarpgroup, buf, n_block, h, b, m_block, m0);
+      add_dq(p, s, kDpWarpgroup, buf, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
+    if (pending >= 0) release_dq(p, kDpWarpgroup, pending);
   }
 
   static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
