@@ -274,6 +274,9 @@ struct FwdKernel {
     const int unmasked_lo = kMasked ? static_cast<int>(detail::key_range(m_last, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).lo) : 0;
     const int unmasked_hi = kMasked ? static_cast<int>(detail::key_range(m_first, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right).hi)
                                     : p.seqlen_k - 1;
+    // Per CTA, not per warpgroup, on purpose: per-warpgroup mask ranges and skipping the diagonal tiles a
+    // warpgroup sees masked whole measured 2-26 % slower (docs/performance.md, "Measured and rejected: per-warpgroup
+    // diagonal skip"): control values that differ between warpgroups made these kernels spill.
     auto needs_mask = [&](int n) { return n * kBlockN < unmasked_lo || n * kBlockN + kBlockN - 1 > unmasked_hi; };
 
     // Turns go round the consumers in order 0, 1, .., kConsumers - 1, 0, ...
