@@ -75,12 +75,23 @@ constexpr bool fwd_launch_persistent(int head_dim, bool masked, int seqlen_q) {
 constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m / 64; }
 constexpr int fwd_threads(const FwdTileConfig& c) { return 128 * (1 + fwd_consumer_warpgroups(c)); }
 
-// Shared memory a configuration needs (16-bit elements), plus 1 KB to align the base for 128B swizzle.
-constexpr int fwd_smem_bytes(const FwdTileConfig& c, int head_dim) {
-  const int q = c.block_m * head_dim * 2;
+// Q tiles in shared memory: two for the cross-tile overlap (FwdKernel::kCrossTile: a consumer issues the next
+// tile's first S while this tile's last P V runs, so the next Q must already be in place), where they fit: d = 128.
+// Alone, without that overlap, a second Q buffer measured -3..-7 % at d = 64 and +-1 % at d = 128
+// (bench/results/2026-11-29-h200-fwd-q-double-buffer-rejected.json).
+constexpr int fwd_smem_bytes_with(const FwdTileConfig& c, int head_dim, int q_buffers) {
+  const int q = q_buffers * c.block_m * head_dim * 2;
   const int kv = 2 * c.stages * c.block_n * head_dim * 2;
-  const int barriers = (1 + 4 * c.stages) * 8;
-  return q + kv + barriers + 1024;
+  const int barriers = (2 * q_buffers + 4 * c.stages) * 8 + q_buffers * 8;  // + the tile ids
+  return q + kv + barriers + 1024;  // + 1 KB to align the base for 128B swizzle
+}
+constexpr bool fwd_cross_tile(const FwdTileConfig& c, int head_dim) {
+  return c.intra_wg_overlap && c.double_p && !c.pingpong && fwd_smem_bytes_with(c, head_dim, 2) <= 232448;
+}
+constexpr int fwd_q_buffers(const FwdTileConfig& c, int head_dim) { return fwd_cross_tile(c, head_dim) ? 2 : 1; }
+// Shared memory a configuration needs (16-bit elements).
+constexpr int fwd_smem_bytes(const FwdTileConfig& c, int head_dim) {
+  return fwd_smem_bytes_with(c, head_dim, fwd_q_buffers(c, head_dim));
 }
 constexpr int fwd_smem_bytes(int head_dim, bool masked) {
   return fwd_smem_bytes(fwd_tile_config(head_dim, masked), head_dim);

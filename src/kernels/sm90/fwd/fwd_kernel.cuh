@@ -2,8 +2,10 @@
 //
 // Roles (persistent CTAs, one per SM, where fwd_launch_persistent says so, else one CTA per tile; a CTA computes
 // tiles of block_m query rows of one (batch, head), handed out dynamically in fwd_tile_scheduler.cuh's order):
-//   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
-//                             done: q_empty), then K and V tiles into a ring of `stages` shared-memory slots
+//   warpgroup 0, one thread   producer: TMA loads of each tile's Q into one of two Q buffers (one at d = 256),
+//                             a tile ahead: right after the current tile's first K, V loads, once the buffer's
+//                             previous tile's last S = Q K^T is done (q_empty); and K and V tiles into a ring
+//                             of `stages` shared-memory slots
 //                             (k_full / v_full on arrival; k_empty as soon as S is done, v_empty after P V, so
 //                             the next K load starts a whole softmax earlier). The ring runs on across tiles.
 //   warpgroups 1 .. 2 or 3    consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
@@ -85,6 +87,9 @@ struct FwdKernel {
   static constexpr bool kPingPong = kCfg.pingpong;
   static constexpr bool kDoubleP = kCfg.double_p && kCfg.intra_wg_overlap;
   static constexpr int kStages = kCfg.stages;
+  static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);  // the next tile's Q loads during this one
+  // Consumers run their tiles as one stream (consume_stream) where two Q buffers fit: d = 128.
+  static constexpr bool kCrossTile = fwd_cross_tile(kCfg, kHeadDim);
   static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
   static constexpr int kWgRows = 64;
@@ -105,12 +110,12 @@ struct FwdKernel {
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
 
   struct SharedStorage {
-    alignas(1024) Element q[kChunks][kBlockM][64];           // smem, 128B swizzle, K-major A of Q K^T
+    alignas(1024) Element q[kQBuffers][kChunks][kBlockM][64];  // smem, 128B swizzle, K-major A of Q K^T
     alignas(1024) Element k[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, K-major B of Q K^T
     alignas(1024) Element v[kStages][kChunks][kBlockN][64];  // smem, 128B swizzle, MN-major B of P V
-    uint64_t q_full;
-    uint64_t q_empty;
-    int tile_id;  // tile whose Q the current q_full phase delivers; -1 = no more tiles
+    uint64_t q_full[kQBuffers];
+    uint64_t q_empty[kQBuffers];
+    int tile_id[kQBuffers];  // tile whose Q the buffer's current q_full phase delivers; -1 = no more tiles
     uint64_t k_full[kStages];
     uint64_t v_full[kStages];
     uint64_t k_empty[kStages];
@@ -139,8 +144,10 @@ struct FwdKernel {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warpgroup = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-      mbarrier::init(&s.q_full, 1);
-      mbarrier::init(&s.q_empty, kConsumers * 4);  // one arrival per consumer warp
+      for (int i = 0; i < kQBuffers; ++i) {
+        mbarrier::init(&s.q_full[i], 1);
+        mbarrier::init(&s.q_empty[i], kConsumers * 4);  // one arrival per consumer warp
+      }
       for (int i = 0; i < kStages; ++i) {
         mbarrier::init(&s.k_full[i], 1);
         mbarrier::init(&s.v_full[i], 1);
@@ -159,45 +166,60 @@ struct FwdKernel {
     } else {
       setmaxnreg_inc<kConsumerRegisters>();
       PipelineState<kStages> st;
-      for (uint32_t q_phase = 0;; q_phase ^= 1u) {
-        mbarrier::wait(&s.q_full, q_phase);
-        // Published before q_full completed (the mbarrier orders it). One atomic read per warp, broadcast: the
-        // producer rewrites tile_id for the next tile after q_empty, and atomics keep racecheck from flagging
-        // the (mbarrier-ordered) reuse.
-        int t = 0;
-        if (threadIdx.x % 32 == 0) t = atomicAdd(&s.tile_id, 0);
-        t = __shfl_sync(0xffffffffu, t, 0);
-        if (t < 0) break;
-        consume(p, s, warpgroup - 1, scheduler.tile(t), st);
+      if constexpr (kCrossTile) {
+        consume_stream(p, s, warpgroup - 1, scheduler, st);
+      } else {
+        for (PipelineState<kQBuffers> qst;; qst.advance()) {
+          mbarrier::wait(&s.q_full[qst.stage], qst.phase);
+          // Published before q_full completed (the mbarrier orders it). One atomic read per warp, broadcast: the
+          // producer rewrites the buffer's tile_id for a later tile after q_empty, and atomics keep racecheck from
+          // flagging the (mbarrier-ordered) reuse.
+          int t = 0;
+          if (threadIdx.x % 32 == 0) t = atomicAdd(&s.tile_id[qst.stage], 0);
+          t = __shfl_sync(0xffffffffu, t, 0);
+          if (t < 0) break;
+          consume(p, s, warpgroup - 1, scheduler.tile(t), qst.stage, st);
+        }
       }
     }
   }
 
   // Tiles are handed out dynamically: each CTA starts with tile blockIdx.x and then takes the next unclaimed one
   // from a global counter, so CTAs that drew short (causal) tiles simply take more. The producer claims the
-  // next tile while this one's K/V stream, and publishes it to the consumers with the Q load (tile_id, -1 = done).
+  // next tile while this one's K/V stream, and publishes it to the consumers with its Q load (tile_id, -1 =
+  // done). With two Q buffers that load is issued right after this tile's first K, V loads, so the consumers find
+  // the next Q in place when they finish this tile; with one, after this tile's last S (as it must).
   static __device__ __forceinline__ void produce(const FwdParams& p, SharedStorage& s,
                                                  const FwdTileScheduler<kMasked>& scheduler) {
     tma::prefetch_descriptor(&p.tma_q);
     tma::prefetch_descriptor(&p.tma_k);
     tma::prefetch_descriptor(&p.tma_v);
     PipelineState<kStages> st;
-    uint32_t q_phase = 0;
-    for (int t = blockIdx.x;; q_phase ^= 1u) {
-      mbarrier::wait(&s.q_empty, q_phase ^ 1u);  // previous tile's S matmuls are done with Q
+    PipelineState<kQBuffers> qst;
+    // Tile t (or -1: no more tiles) and its Q into the next Q buffer, once the consumers are done with its
+    // previous tile.
+    auto load_q = [&](int t) {
+      mbarrier::wait(&s.q_empty[qst.stage], qst.phase ^ 1u);  // a fresh barrier counts as released
       if (t >= scheduler.total()) {
-        atomicExch(&s.tile_id, -1);
-        mbarrier::arrive(&s.q_full);  // completes the phase without data: consumers see -1 and stop
-        break;
-      }
-      atomicExch(&s.tile_id, t);
-      const FwdTile tile = scheduler.tile(t);
-      mbarrier::arrive_expect_tx(&s.q_full, kQBytes);
+        atomicExch(&s.tile_id[qst.stage], -1);
+        mbarrier::arrive(&s.q_full[qst.stage]);  // completes the phase without data: consumers see -1 and stop
+      } else {
+        atomicExch(&s.tile_id[qst.stage], t);
+        const FwdTile tile = scheduler.tile(t);
+        mbarrier::arrive_expect_tx(&s.q_full[qst.stage], kQBytes);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        tma::load_4d(&s.q[c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch, &s.q_full);
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch,
+                       &s.q_full[qst.stage]);
+      }
+      qst.advance();
+    };
+    int t = static_cast<int>(blockIdx.x);
+    load_q(t);
+    while (t < scheduler.total()) {
       const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
-
+      bool next_published = false;
+      const FwdTile tile = scheduler.tile(t);
       const TileRange range = tile_range(p, tile.m_block);
       const int head_kv = tile.head / p.group;
       for (int n = range.n_max; n >= range.n_min; --n) {
@@ -212,16 +234,22 @@ struct FwdKernel {
         for (int c = 0; c < kChunks; ++c)
           tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, tile.batch, &s.v_full[st.stage]);
         st.advance();
+        if (kQBuffers == 2 && !next_published) {
+          load_q(next);  // the other buffer: released by the previous tile's last S
+          next_published = true;
+        }
       }
+      if (!next_published) load_q(next);
       t = next;
     }
   }
 
   // S (64 x kBlockN) = Q rows of this warpgroup x K(stage)^T; issued, not waited for.
-  static __device__ __forceinline__ void issue_qk(SharedStorage& s, int wg, int stage, float (&acc_s)[kBlockN / 2]) {
+  static __device__ __forceinline__ void issue_qk(SharedStorage& s, int wg, int qb, int stage,
+                                                  float (&acc_s)[kBlockN / 2]) {
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[ks / 4][wg * kWgRows][(ks % 4) * 16], 16, 1024);
+      const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[qb][ks / 4][wg * kWgRows][(ks % 4) * 16], 16, 1024);
       const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
       wgmma::mma_ss<kBlockN, 0, Element>(acc_s, desc_q, desc_k, ks > 0);
     }
@@ -250,8 +278,9 @@ struct FwdKernel {
     for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
   }
 
-  // One tile of this warpgroup's 64 rows, once its Q has arrived. `st` (K/V ring position) carries over.
-  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile,
+  // One tile of this warpgroup's 64 rows, once its Q has arrived in Q buffer `qb`. `st` (K/V ring position)
+  // carries over.
+  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile, int qb,
                                                  PipelineState<kStages>& st) {
     const int m_block = tile.m_block, head = tile.head, batch = tile.batch;
     const TileRange range = tile_range(p, m_block);
@@ -326,16 +355,16 @@ struct FwdKernel {
       mbarrier::wait(&s.k_full[st.stage], st.phase);
       begin_turn();
       wgmma::fence();
-      issue_qk(s, wg, st.stage, acc_s);
+      issue_qk(s, wg, qb, st.stage, acc_s);
       wgmma::commit_group();
       end_turn();
       wgmma::wait_group<0>();
       wgmma::fence_operand(acc_s);
       release(&s.k_empty[st.stage]);
-      if (n == range.n_min) release(&s.q_empty);  // the last S of this tile is done with Q
+      if (n == range.n_min) release(&s.q_empty[qb]);  // the last S of this tile is done with Q
     };
 
-    if (num_tiles == 0) release(&s.q_empty);  // fully masked tile: Q is not read at all
+    if (num_tiles == 0) release(&s.q_empty[qb]);  // fully masked tile: Q is not read at all
     if (num_tiles > 0) {
       if constexpr (kIntraWgOverlap) {
         // Prologue: S(first) alone.
@@ -355,7 +384,7 @@ struct FwdKernel {
           mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
           begin_turn();
           wgmma::fence();
-          issue_qk(s, wg, st.stage, acc_s);
+          issue_qk(s, wg, qb, st.stage, acc_s);
           wgmma::commit_group();
           issue_pv(s, st_pv.stage, pending, acc_o);
           wgmma::commit_group();
@@ -363,7 +392,7 @@ struct FwdKernel {
           wgmma::wait_group<1>();  // S(n) ready; P(n+1) V(n+1) may still run
           wgmma::fence_operand(acc_s);
           release(&s.k_empty[st.stage]);
-          if (n == range.n_min) release(&s.q_empty);
+          if (n == range.n_min) release(&s.q_empty[qb]);
           const bool rescaled = softmax_tile(n);
           if constexpr (kDoubleP) convert_p(acc_s, next);
           wgmma::wait_group<0>();
@@ -417,15 +446,214 @@ struct FwdKernel {
         }
       }
     }
-    epilogue(p, m_block, head, batch, softmax, acc_o, row0, lane);
+    float inv[2], lse[2];
+    finish_rows(p, softmax, inv, lse);
+    store_rows(p, head, batch, acc_o, inv, lse, row0, lane);
   }
 
-  static __device__ __forceinline__ void epilogue(const FwdParams& p, int m_block, int head, int batch,
-                                                  const Softmax& softmax, const float (&acc_o)[kHeadDim / 2],
-                                                  int row0, int lane) {
+  // What a consumer warpgroup needs of one tile (consume_stream).
+  struct ConsumerTile {
+    int head, batch, qb;  // qb: the Q buffer holding the tile's Q
+    TileRange range;
+    int row0;                          // this thread's rows: row0 and row0 + 8
+    int unmasked_lo, unmasked_hi;      // keys every row of the CTA may see: tiles inside need no mask
+  };
+  static __device__ __forceinline__ ConsumerTile consumer_tile(const FwdParams& p, int wg, FwdTile tile, int qb) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+    ConsumerTile c;
+    c.head = tile.head;
+    c.batch = tile.batch;
+    c.qb = qb;
+    c.range = tile_range(p, tile.m_block);
+    const int m_first = tile.m_block * kBlockM;
+    const int m_last = min(m_first + kBlockM, p.seqlen_q) - 1;
+    c.row0 = m_first + wg * kWgRows + warp * 16 + lane / 4;
+    c.unmasked_lo = kMasked ? static_cast<int>(detail::key_range(m_last, p.seqlen_q, p.seqlen_k, p.window_left,
+                                                                 p.window_right).lo)
+                            : 0;
+    c.unmasked_hi = kMasked ? static_cast<int>(detail::key_range(m_first, p.seqlen_q, p.seqlen_k, p.window_left,
+                                                                 p.window_right).hi)
+                            : p.seqlen_k - 1;
+    return c;
+  }
+
+  // The consumer of kCrossTile configurations: a warpgroup runs its tiles as one stream. Where consume() ends a
+  // tile with its last P V issued and waited for alone and starts the next with its first S alone, here the next
+  // tile's first S = Q' K^T is issued together with this tile's last P V (the next Q is already in the other Q
+  // buffer), the next tile's first softmax runs under that P V, and this tile's O is stored after it. Within a
+  // tile the pipeline is consume()'s (intra-warpgroup overlap, two P buffers).
+  static __device__ __forceinline__ void consume_stream(const FwdParams& p, SharedStorage& s, int wg,
+                                                        const FwdTileScheduler<kMasked>& scheduler,
+                                                        PipelineState<kStages>& st) {
+    const int lane = threadIdx.x % 32;
+    PipelineState<kQBuffers> qst;
+    // The next tile the producer published (its Q buffer's q_full), false when there are no more.
+    auto fetch = [&](ConsumerTile& c) {
+      mbarrier::wait(&s.q_full[qst.stage], qst.phase);
+      int t = 0;
+      if (lane == 0) t = atomicAdd(&s.tile_id[qst.stage], 0);  // see run(): one atomic read per warp
+      t = __shfl_sync(0xffffffffu, t, 0);
+      if (t < 0) return false;
+      c = consumer_tile(p, wg, scheduler.tile(t), qst.stage);
+      qst.advance();
+      return true;
+    };
+    auto release = [&](uint64_t* empty) {
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(empty);
+    };
+    auto needs_mask = [](const ConsumerTile& c, int n) {
+      return n * kBlockN < c.unmasked_lo || n * kBlockN + kBlockN - 1 > c.unmasked_hi;
+    };
+
+    Softmax softmax;
+    float acc_o[kHeadDim / 2];
+    float acc_s[kBlockN / 2];
+    uint32_t p_frag[kBlockN / 16][4], p_frag2[kBlockN / 16][4];
+    bool in_second = false;  // the pending P (whose P V is not issued yet) is in p_frag2
+    float factor[2];
+    // Masks, softcap and softmax of a freshly computed S tile (in place: S becomes P in fp32); P into the buffer
+    // that is not pending.
+    auto softmax_tile = [&](const ConsumerTile& c, int n) {
+      if (p.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.softcap_pre_scale, p.softcap);
+      if (needs_mask(c, n)) {
+        int lo[2], hi[2];  // the thread's rows' key windows, only for the tiles that need them
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const detail::KeyRange kr =
+              detail::key_range(c.row0 + 8 * r, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+          lo[r] = static_cast<int>(kr.lo);
+          hi[r] = static_cast<int>(kr.hi);
+        }
+        Softmax::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
+      }
+      return softmax.template step<kPolyPer8>(acc_s, p.scale_log2, p.conditional_rescale, p.exp2_poly, factor);
+    };
+    auto convert_to_free = [&] {
+      if (in_second) convert_p(acc_s, p_frag);
+      else convert_p(acc_s, p_frag2);
+    };
+    auto issue_pending_pv = [&](int stage) {
+      if (in_second) issue_pv(s, stage, p_frag2, acc_o);
+      else issue_pv(s, stage, p_frag, acc_o);
+    };
+    auto zero_o = [&] {
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+    };
+
+    PipelineState<kStages> st_pv;  // stage whose V the pending P multiplies
+    ConsumerTile cur;
+    bool have = fetch(cur);
+    bool running = false;  // cur's first S is done and its P pending (the previous tile issued it)
+    while (have) {
+      if (!running) {
+        if (cur.range.count() == 0) {  // fully masked tile: Q is not read at all; out = 0, LSE = -inf
+          release(&s.q_empty[cur.qb]);
+          softmax = Softmax{};
+          zero_o();
+          float inv[2], lse[2];
+          finish_rows(p, softmax, inv, lse);
+          store_rows(p, cur.head, cur.batch, acc_o, inv, lse, cur.row0, lane);
+          have = fetch(cur);
+          continue;
+        }
+        // The tile's first S alone.
+        softmax = Softmax{};
+        zero_o();
+        const int n = cur.range.n_max;
+        mbarrier::wait(&s.k_full[st.stage], st.phase);
+        wgmma::fence();
+        issue_qk(s, wg, cur.qb, st.stage, acc_s);
+        wgmma::commit_group();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_s);
+        release(&s.k_empty[st.stage]);
+        if (n == cur.range.n_min) release(&s.q_empty[cur.qb]);
+        softmax_tile(cur, n);  // first tile: O is zero, nothing to rescale
+        in_second = !in_second;  // P goes into the free buffer, which becomes the pending one
+        if (in_second) convert_p(acc_s, p_frag2);
+        else convert_p(acc_s, p_frag);
+        st_pv = st;
+        st.advance();
+      }
+      // The tile's remaining K/V tiles, as consume()'s overlap step.
+      for (int n = cur.range.n_max - 1; n >= cur.range.n_min; --n) {
+        mbarrier::wait(&s.k_full[st.stage], st.phase);
+        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+        wgmma::fence();
+        issue_qk(s, wg, cur.qb, st.stage, acc_s);
+        wgmma::commit_group();
+        issue_pending_pv(st_pv.stage);
+        wgmma::commit_group();
+        wgmma::wait_group<1>();  // S(n) ready; the pending P V may still run
+        wgmma::fence_operand(acc_s);
+        release(&s.k_empty[st.stage]);
+        if (n == cur.range.n_min) release(&s.q_empty[cur.qb]);
+        const bool rescaled = softmax_tile(cur, n);
+        convert_to_free();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_o);
+        release(&s.v_empty[st_pv.stage]);
+        if (rescaled) rescale_o(acc_o, factor);
+        in_second = !in_second;
+        st_pv = st;
+        st.advance();
+      }
+      // Tile end: its softmax is complete; the last P V is pending.
+      float inv[2], lse[2];
+      finish_rows(p, softmax, inv, lse);
+      ConsumerTile next;
+      const bool have_next = fetch(next);
+      if (have_next && next.range.count() > 0) {
+        // The next tile's first S with this tile's last P V; the next softmax under that P V; then this O.
+        const int n = next.range.n_max;
+        mbarrier::wait(&s.k_full[st.stage], st.phase);
+        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+        wgmma::fence();
+        issue_qk(s, wg, next.qb, st.stage, acc_s);
+        wgmma::commit_group();
+        issue_pending_pv(st_pv.stage);
+        wgmma::commit_group();
+        wgmma::wait_group<1>();
+        wgmma::fence_operand(acc_s);
+        release(&s.k_empty[st.stage]);
+        if (n == next.range.n_min) release(&s.q_empty[next.qb]);
+        softmax = Softmax{};
+        softmax_tile(next, n);  // the next tile's first: nothing to rescale
+        convert_to_free();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_o);
+        release(&s.v_empty[st_pv.stage]);
+        store_rows(p, cur.head, cur.batch, acc_o, inv, lse, cur.row0, lane);
+        zero_o();
+        in_second = !in_second;
+        st_pv = st;
+        st.advance();
+        cur = next;
+        running = true;
+      } else {
+        // No next tile to overlap with: the last P V alone.
+        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+        wgmma::fence();
+        issue_pending_pv(st_pv.stage);
+        wgmma::commit_group();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(acc_o);
+        release(&s.v_empty[st_pv.stage]);
+        store_rows(p, cur.head, cur.batch, acc_o, inv, lse, cur.row0, lane);
+        if (have_next) cur = next;
+        have = have_next;
+        running = false;
+      }
+    }
+  }
+
+  // The row sums' reciprocals and the LSE of the thread's two rows, once a tile's softmax is complete.
+  static __device__ __forceinline__ void finish_rows(const FwdParams& p, const Softmax& softmax, float (&inv)[2],
+                                                     float (&lse)[2]) {
     float row_sum[2];
     softmax.finish(row_sum);
-    float inv[2], lse[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // A row that saw no unmasked key (m_ref = -inf) is defined as out = 0, LSE = -inf.
@@ -433,6 +661,12 @@ struct FwdKernel {
       inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
       lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.scale_log2 + __log2f(row_sum[r])) * 0.69314718055994531f;
     }
+  }
+
+  // O = acc_o * inv of the thread's two rows (row0, row0 + 8), converted, and their LSE, to global memory.
+  static __device__ __forceinline__ void store_rows(const FwdParams& p, int head, int batch,
+                                                    const float (&acc_o)[kHeadDim / 2], const float (&inv)[2],
+                                                    const float (&lse)[2], int row0, int lane) {
     // Thread (lane) holds columns 8c + 2 (lane % 4) + {0, 1} of its two rows: a quad writes 16 contiguous bytes
     // per store, and the stores for c and c + 1 complete each 32-byte sector in L2.
     Element* out_bh = static_cast<Element*>(p.out) + batch * p.out_stride_b + head * p.out_stride_h;
