@@ -529,14 +529,7 @@ struct FwdKernel {
       }
       return softmax.template step<kPolyPer8>(acc_s, p.scale_log2, p.conditional_rescale, p.exp2_poly, factor);
     };
-    auto convert_to_free = [&] {
-      if (in_second) convert_p(acc_s, p_frag);
-      else convert_p(acc_s, p_frag2);
-    };
-    auto issue_pending_pv = [&](int stage) {
-      if (in_second) issue_pv(s, stage, p_frag2, acc_o);
-      else issue_pv(s, stage, p_frag, acc_o);
-    };
+    using PFrag = uint32_t[kBlockN / 16][4];
     auto zero_o = [&] {
 #pragma unroll
       for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
@@ -577,28 +570,33 @@ struct FwdKernel {
         st_pv = st;
         st.advance();
       }
-      // The tile's remaining K/V tiles, as consume()'s overlap step.
-      for (int n = cur.range.n_max - 1; n >= cur.range.n_min; --n) {
+      // The tile's remaining K/V tiles, as consume()'s overlap step. The two P buffers swap roles each step in
+      // code, not through a flag inside the step (a flag made ptxas select every P register each step).
+      auto overlap_step = [&](const PFrag& pending, PFrag& next, int n) {
         mbarrier::wait(&s.k_full[st.stage], st.phase);
         mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
         wgmma::fence();
         issue_qk(s, wg, cur.qb, st.stage, acc_s);
         wgmma::commit_group();
-        issue_pending_pv(st_pv.stage);
+        issue_pv(s, st_pv.stage, pending, acc_o);
         wgmma::commit_group();
         wgmma::wait_group<1>();  // S(n) ready; the pending P V may still run
         wgmma::fence_operand(acc_s);
         release(&s.k_empty[st.stage]);
         if (n == cur.range.n_min) release(&s.q_empty[cur.qb]);
         const bool rescaled = softmax_tile(cur, n);
-        convert_to_free();
+        convert_p(acc_s, next);
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_o);
         release(&s.v_empty[st_pv.stage]);
         if (rescaled) rescale_o(acc_o, factor);
-        in_second = !in_second;
         st_pv = st;
         st.advance();
+      };
+      for (int n = cur.range.n_max - 1; n >= cur.range.n_min; --n) {
+        if (in_second) overlap_step(p_frag2, p_frag, n);
+        else overlap_step(p_frag, p_frag2, n);
+        in_second = !in_second;
       }
       // Tile end: its softmax is complete; the last P V is pending.
       float inv[2], lse[2];
@@ -607,24 +605,28 @@ struct FwdKernel {
       const bool have_next = fetch(next);
       if (have_next && next.range.count() > 0) {
         // The next tile's first S with this tile's last P V; the next softmax under that P V; then this O.
-        const int n = next.range.n_max;
-        mbarrier::wait(&s.k_full[st.stage], st.phase);
-        mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
-        wgmma::fence();
-        issue_qk(s, wg, next.qb, st.stage, acc_s);
-        wgmma::commit_group();
-        issue_pending_pv(st_pv.stage);
-        wgmma::commit_group();
-        wgmma::wait_group<1>();
-        wgmma::fence_operand(acc_s);
-        release(&s.k_empty[st.stage]);
-        if (n == next.range.n_min) release(&s.q_empty[next.qb]);
-        softmax = Softmax{};
-        softmax_tile(next, n);  // the next tile's first: nothing to rescale
-        convert_to_free();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(acc_o);
-        release(&s.v_empty[st_pv.stage]);
+        auto cross_step = [&](const PFrag& pending, PFrag& free) {
+          const int n = next.range.n_max;
+          mbarrier::wait(&s.k_full[st.stage], st.phase);
+          mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+          wgmma::fence();
+          issue_qk(s, wg, next.qb, st.stage, acc_s);
+          wgmma::commit_group();
+          issue_pv(s, st_pv.stage, pending, acc_o);
+          wgmma::commit_group();
+          wgmma::wait_group<1>();
+          wgmma::fence_operand(acc_s);
+          release(&s.k_empty[st.stage]);
+          if (n == next.range.n_min) release(&s.q_empty[next.qb]);
+          softmax = Softmax{};
+          softmax_tile(next, n);  // the next tile's first: nothing to rescale
+          convert_p(acc_s, free);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(acc_o);
+          release(&s.v_empty[st_pv.stage]);
+        };
+        if (in_second) cross_step(p_frag2, p_frag);
+        else cross_step(p_frag, p_frag2);
         store_rows(p, cur.head, cur.batch, acc_o, inv, lse, cur.row0, lane);
         zero_o();
         in_second = !in_second;
@@ -636,7 +638,8 @@ struct FwdKernel {
         // No next tile to overlap with: the last P V alone.
         mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
         wgmma::fence();
-        issue_pending_pv(st_pv.stage);
+        if (in_second) issue_pv(s, st_pv.stage, p_frag2, acc_o);
+        else issue_pv(s, st_pv.stage, p_frag, acc_o);
         wgmma::commit_group();
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_o);
