@@ -215,11 +215,13 @@ struct FwdKernel {
       qst.advance();
     };
     int t = static_cast<int>(blockIdx.x);
-    load_q(t);
-    while (t < scheduler.total()) {
+    if constexpr (kQBuffers == 2) load_q(t);  // then each next one after the current tile's first K, V
+    for (;;) {
+      if constexpr (kQBuffers == 1) load_q(t);  // after the previous tile's last S
+      if (t >= scheduler.total()) break;
       const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
-      bool next_published = false;
       const FwdTile tile = scheduler.tile(t);
+      bool next_published = false;
       const TileRange range = tile_range(p, tile.m_block);
       const int head_kv = tile.head / p.group;
       for (int n = range.n_max; n >= range.n_min; --n) {
@@ -239,7 +241,7 @@ struct FwdKernel {
           next_published = true;
         }
       }
-      if (!next_published) load_q(next);
+      if (kQBuffers == 2 && !next_published) load_q(next);
       t = next;
     }
   }
