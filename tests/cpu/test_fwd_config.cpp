@@ -37,6 +37,20 @@ TEST(FwdConfig, EveryTableEntryFitsTheHardware) {
   }
 }
 
+// The cross-tile overlap (two Q buffers) runs where it was measured to pay, d = 128 (bench/results/
+// 2026-11-29-h200-fwd-cross-tile.json); a second Q buffer alone cost d = 64 3-7 %, and d = 256's does not fit.
+TEST(FwdConfig, CrossTileOverlapAtHeadDim128Only) {
+  for (bool masked : {false, true}) {
+    EXPECT_TRUE(fwd_cross_tile(fwd_tile_config(128, masked), 128));
+    EXPECT_EQ(fwd_q_buffers(fwd_tile_config(128, masked), 128), 2);
+    EXPECT_FALSE(fwd_cross_tile(fwd_tile_config(64, masked), 64));
+    EXPECT_FALSE(fwd_cross_tile(fwd_tile_config(256, masked), 256));
+    EXPECT_EQ(fwd_q_buffers(fwd_tile_config(256, masked), 256), 1);
+    EXPECT_GT(fwd_smem_bytes_with(fwd_tile_config(256, masked), 256, 2), kSmemLimit);
+  }
+  EXPECT_FALSE(fwd_cross_tile(fwd_short_tile_config(64), 64));
+}
+
 TEST(FwdConfig, ShortConfigOnlyWhereCompiledAndOnlyForShortMaskedProblems) {
   for (int d : kHeadDims) {
     EXPECT_FALSE(fwd_use_short_config(d, false, 512)) << "unmasked problems always use the table";

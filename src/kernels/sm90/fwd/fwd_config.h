@@ -76,9 +76,10 @@ constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m
 constexpr int fwd_threads(const FwdTileConfig& c) { return 128 * (1 + fwd_consumer_warpgroups(c)); }
 
 // Q tiles in shared memory: two for the cross-tile overlap (FwdKernel::kCrossTile: a consumer issues the next
-// tile's first S while this tile's last P V runs, so the next Q must already be in place), where they fit: d = 128.
-// Alone, without that overlap, a second Q buffer measured -3..-7 % at d = 64 and +-1 % at d = 128
-// (bench/results/2026-11-29-h200-fwd-q-double-buffer-rejected.json).
+// tile's first S while this tile's last P V runs, so the next Q must already be in place), which needs two P
+// buffers: d = 128. Measured there +1..+12 % non-causal, -1..+4 % causal (bench/results/
+// 2026-11-29-h200-fwd-cross-tile.json). A second Q buffer alone measured -3..-7 % at d = 64 and +-1 % at d = 128
+// (...-fwd-q-double-buffer-rejected.json); d = 256's 64 KB Q does not fit twice.
 constexpr int fwd_smem_bytes_with(const FwdTileConfig& c, int head_dim, int q_buffers) {
   const int q = q_buffers * c.block_m * head_dim * 2;
   const int kv = 2 * c.stages * c.block_n * head_dim * 2;

@@ -2,10 +2,9 @@
 //
 // Roles (persistent CTAs, one per SM, where fwd_launch_persistent says so, else one CTA per tile; a CTA computes
 // tiles of block_m query rows of one (batch, head), handed out dynamically in fwd_tile_scheduler.cuh's order):
-//   warpgroup 0, one thread   producer: TMA loads of each tile's Q into one of two Q buffers (one at d = 256),
-//                             a tile ahead: right after the current tile's first K, V loads, once the buffer's
-//                             previous tile's last S = Q K^T is done (q_empty); and K and V tiles into a ring
-//                             of `stages` shared-memory slots
+//   warpgroup 0, one thread   producer: TMA loads of each tile's Q (once the previous tile's last S = Q K^T is
+//                             done: q_empty; at d = 128 into two Q buffers, a tile ahead, right after the
+//                             current tile's first K, V), then K and V tiles into a ring of `stages` slots
 //                             (k_full / v_full on arrival; k_empty as soon as S is done, v_empty after P V, so
 //                             the next K load starts a whole softmax earlier). The ring runs on across tiles.
 //   warpgroups 1 .. 2 or 3    consumers: 64 query rows each. S = Q K^T (wgmma, both operands in shared memory),
@@ -87,9 +86,10 @@ struct FwdKernel {
   static constexpr bool kPingPong = kCfg.pingpong;
   static constexpr bool kDoubleP = kCfg.double_p && kCfg.intra_wg_overlap;
   static constexpr int kStages = kCfg.stages;
-  static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);  // the next tile's Q loads during this one
-  // Consumers run their tiles as one stream (consume_stream) where two Q buffers fit: d = 128.
+  // Cross-tile overlap (consume_stream; d = 128): a consumer issues the next tile's first S with this tile's last
+  // P V, so the next tile's Q loads into a second Q buffer during this tile.
   static constexpr bool kCrossTile = fwd_cross_tile(kCfg, kHeadDim);
+  static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);
   static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
   static constexpr int kWgRows = 64;
@@ -455,10 +455,10 @@ struct FwdKernel {
 
   // What a consumer warpgroup needs of one tile (consume_stream).
   struct ConsumerTile {
-    int head, batch, qb;  // qb: the Q buffer holding the tile's Q
-    TileRange range;
-    int row0;                          // this thread's rows: row0 and row0 + 8
-    int unmasked_lo, unmasked_hi;      // keys every row of the CTA may see: tiles inside need no mask
+    int head, batch, qb;           // qb: the Q buffer holding the tile's Q
+    TileRange range;               // its K/V tiles
+    int row0;                      // this thread's rows: row0 and row0 + 8
+    int unmasked_lo, unmasked_hi;  // keys every row of the CTA may see: K/V tiles inside need no mask
   };
   static __device__ __forceinline__ ConsumerTile consumer_tile(const FwdParams& p, int wg, FwdTile tile, int qb) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
