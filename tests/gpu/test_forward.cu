@@ -159,6 +159,17 @@ TEST(ForwardFeatures, PersistentManyTiles) {
   run_and_check_forward(longer);
 }
 
+// Several tiles per persistent CTA that have a single K/V tile, or none (causal, seqlen_q > seqlen_k: rows < 200
+// see no key): the boundary cases of the d = 128 cross-tile stream (fwd_kernel.cuh, consume_stream), where the
+// next tile's first S is also its last, or a tile without keys sits between two with keys.
+TEST(ForwardFeatures, StreamBoundaryTiles) {
+  for (bool causal : {false, true}) {
+    CaseSpec s = make_case(4, 300, 100, 64, 8, 128, DType::kBFloat16, causal);  // 768 tiles
+    s.checked_rows = 40;
+    run_and_check_forward(s);
+  }
+}
+
 // No keys at all: every row is fully masked.
 TEST(ForwardFeatures, NoKeys) { run_and_check_forward(make_case(2, 50, 0, 2, 2, 128, DType::kBFloat16, false)); }
 
