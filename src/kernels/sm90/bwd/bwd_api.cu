@@ -238,22 +238,25 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     params.softcap_log2 = p.softcap * kLog2e;
   }
   params.deterministic = args.deterministic;
-  // Rotated deterministic order (bwd_schedule.h): a CTA may wait on CTAs of its (batch, kv head) launched after
-  // it, so all of them must be resident together (half the SMs at most leaves room for other work on the GPU).
-  // It also ties every CTA of a head to the pace of the latest-launched one: measured (bench/results/
-  // 2026-11-29-h200-bwd-det-rotated.json) +4..+17 % up to 32 key tiles, but -10 % at d = 64 8k (64 key tiles,
-  // start tiles one step apart), while d = 128 8k (64 key tiles, 64-row Q tiles: two steps apart) gained 6 %.
-  // So: up to 32 key tiles per step of spacing between start tiles.
-  if (args.deterministic && wgmma && !p.has_mask() && params.n_blocks > 0) {
-    const int spacing = std::max(1, params.m_blocks / params.n_blocks);
-    params.det_rotated = params.n_blocks <= std::min(detail::current_device_sm_count() / 2, 32 * spacing);
-  }
-  // d = 256 deterministic: release dQ additions one tile late (bwd_sm90_hd256_kernel.cuh), +3..+11 % except where
-  // each CTA waits on its predecessor's release in lockstep, i.e. unmasked, unrotated, and a head's CTAs resident
-  // together: -7 % at 4k (64 key tiles; bench/results/2026-11-29-h200-bwd-hd256-det-deferred-release.json).
-  if (args.deterministic && wgmma && p.head_dim == 256) {
-    params.det_defer_release = p.has_mask() || params.det_rotated ||
-                               params.n_blocks > detail::current_device_sm_count() / 2;
+  if (args.deterministic && wgmma) {
+    // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
+    // work on the GPU.
+    const int resident_key_tiles = detail::current_device_sm_count() / 2;
+    // Rotated deterministic order (bwd_schedule.h): a CTA may wait on CTAs of its (batch, kv head) launched after
+    // it, so all of them must be resident together. It also ties every CTA of a head to the pace of the
+    // latest-launched one: measured (bench/results/2026-11-29-h200-bwd-det-rotated.json) +4..+17 % up to 32 key
+    // tiles, but -10 % at d = 64 8k (64 key tiles, start tiles one step apart), while d = 128 8k (64 key tiles,
+    // 64-row Q tiles: two steps apart) gained 6 %. So: up to 32 key tiles per step of spacing between start tiles.
+    if (!p.has_mask() && params.n_blocks > 0) {
+      const int spacing = std::max(1, params.m_blocks / params.n_blocks);
+      params.det_rotated = params.n_blocks <= std::min(resident_key_tiles, 32 * spacing);
+    }
+    // d = 256: release dQ additions one tile late (bwd_sm90_hd256_kernel.cuh), +3..+11 % except where each CTA
+    // waits on its predecessor's release in lockstep, i.e. unmasked, unrotated, and a head's CTAs resident
+    // together: -7 % at 4k (64 key tiles; bench/results/2026-11-29-h200-bwd-hd256-det-deferred-release.json).
+    if (p.head_dim == 256) {
+      params.det_defer_release = p.has_mask() || params.det_rotated || params.n_blocks > resident_key_tiles;
+    }
   }
 
   const int64_t rows = p.batch * p.heads * p.seqlen_q;

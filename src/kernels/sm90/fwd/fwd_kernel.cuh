@@ -607,6 +607,8 @@ struct FwdKernel {
       const bool have_next = fetch(next);
       if (have_next && next.range.count() > 0) {
         // The next tile's first S with this tile's last P V; the next softmax under that P V; then this O.
+        // (Its issue / wait sequence is overlap_step's, written out: a shared helper taking the tile compiled to a
+        // different instruction schedule than the measured kernel, bench/results/2026-11-29-h200-fwd-cross-tile.json.)
         auto cross_step = [&](const PFrag& pending, PFrag& free) {
           const int n = next.range.n_max;
           mbarrier::wait(&s.k_full[st.stage], st.phase);
