@@ -446,22 +446,15 @@ struct BwdWgmmaKernel {
       }
       to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
 
-      // ---- dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], wgmma::desc_advance(q_mn_base, ks * kMnStep), true);
-      }
-      wgmma::commit_group();
-
-      // ---- dS (queries x this warpgroup's 64 keys) to shared while dV / dK run ----
+      // ---- dS (queries x this warpgroup's 64 keys) to shared while dV runs ----
       const uint32_t s_ds = smem_addr(&s.ds[buf][wg][0][0]) + st_off;
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
       fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
       named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
 
-      // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major ----
+      // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major. Issued before dK so
+      // that the piece is staged while dK is still on the tensor cores. ----
       float acc_dq[32];
       wgmma::fence();
 #pragma unroll
@@ -471,19 +464,15 @@ struct BwdWgmmaKernel {
       }
       wgmma::commit_group();
 
-      wgmma::wait_group<1>();  // dV, dK done: Q, dO, LSE, D of this stage are no longer read
-      wgmma::fence_operand(acc_dv);
-      wgmma::fence_operand(acc_dk);
+      // ---- dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
 #pragma unroll
-      for (int j = 0; j < kBlockM / 16; ++j) {
-        wgmma::fence_operand(p_frag[j]);
-        wgmma::fence_operand(ds_frag[j]);
+      for (int ks = 0; ks < kBlockM / 16; ++ks) {
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], wgmma::desc_advance(q_mn_base, ks * kMnStep), true);
       }
-      // Every thread arrives (not one per warp after __syncwarp): each thread's own LSE / D reads are then
-      // ordered before the producer's next writes to this stage by the barrier alone, which compute-sanitizer's
-      // racecheck can verify.
-      mbarrier::arrive(&s.empty[stage]);
-      wgmma::wait_group<0>();
+      wgmma::commit_group();
+
+      wgmma::wait_group<1>();  // dV and the dQ piece are done (dK may still run)
+      wgmma::fence_operand(acc_dv);
       wgmma::fence_operand(acc_dq);
 
       // ---- dQ piece -> s.dq[buffer][wg] (fp32, TMA's 128B-swizzled layout: two 64 x 32 halves, 16-byte unit u
@@ -501,6 +490,18 @@ struct BwdWgmmaKernel {
       fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
       __syncwarp();
       if (lane == 0) mbarrier::arrive(&s.dq_full[dq_buf.stage][wg]);
+
+      wgmma::wait_group<0>();  // dK done: Q, dO, LSE, D of this stage are no longer read
+      wgmma::fence_operand(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; ++j) {
+        wgmma::fence_operand(p_frag[j]);
+        wgmma::fence_operand(ds_frag[j]);
+      }
+      // Every thread arrives (not one per warp after __syncwarp): each thread's own LSE / D reads are then
+      // ordered before the producer's next writes to this stage by the barrier alone, which compute-sanitizer's
+      // racecheck can verify.
+      mbarrier::arrive(&s.empty[stage]);
       dq_buf.advance();
       st.advance();
     }
