@@ -68,11 +68,12 @@ TEST(FwdConfig, ShortConfigOnlyWhereCompiledAndOnlyForShortMaskedProblems) {
 
 TEST(FwdConfig, PersistentForUnmaskedAndShortMaskedProblems) {
   for (int d : {64, 128, 256}) EXPECT_TRUE(fwd_launch_persistent(d, false, 1 << 20));
-  EXPECT_TRUE(fwd_launch_persistent(128, true, 2048));
-  EXPECT_FALSE(fwd_launch_persistent(128, true, 2049));
+  EXPECT_TRUE(fwd_launch_persistent(128, true, 8192));
+  EXPECT_FALSE(fwd_launch_persistent(128, true, 8193));
+  EXPECT_TRUE(fwd_launch_persistent(256, true, 2048));
   EXPECT_FALSE(fwd_launch_persistent(256, true, 2049));
-  EXPECT_TRUE(fwd_launch_persistent(64, true, 4096));
-  EXPECT_FALSE(fwd_launch_persistent(64, true, 4097));
+  EXPECT_TRUE(fwd_launch_persistent(64, true, 8192));
+  EXPECT_FALSE(fwd_launch_persistent(64, true, 8193));
 }
 
 }  // namespace

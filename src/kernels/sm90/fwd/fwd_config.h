@@ -61,14 +61,14 @@ constexpr FwdTileConfig fwd_tile_config_for(int head_dim, bool masked, int seqle
 }
 
 // Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent wins
-// without a mask (3-10 %: no per-CTA prologue, the epilogue overlaps the next tile's loads) and for short masked
-// sequences (+5-28 % at seqlen_q <= 2k, where per-CTA setup is a large share of a short diagonal tile); for
-// long masked sequences the hardware block scheduler balances the diagonal tiles better than our longest-first
-// claiming (0-6 %). At d = 64 (192-row tiles) persistent still won causal 4k in two candidate runs (+2..+9 %;
-// bench/results/2026-11-29-h200-tile-candidates.json, ...-fwd-double-p.json) and was mixed at 8k-16k, so the
-// bound is 4k there. The grid size is the only difference, so this is a runtime choice.
+// without a mask (3-10 %: no per-CTA prologue, the epilogue overlaps the next tile's loads) and for masked
+// sequences up to 8k at d = 64 / 128 (+5-28 % at seqlen_q <= 2k, where per-CTA setup is a large share of a short
+// diagonal tile; since the d = 128 cross-tile overlap, which only a CTA with several tiles uses, +6.5 % at 4k and
+// +1.5 % at 8k; d = 64 +5 % at 8k: bench/results/2026-11-29-h200-fwd-launch-candidates.json). Beyond that the
+// hardware block scheduler balances the diagonal tiles better than our longest-first claiming (d = 128 causal 16k:
+// -6 %), as it does at d = 256 from 4k on (-2.5 %). The grid size is the only difference: a runtime choice.
 constexpr bool fwd_launch_persistent(int head_dim, bool masked, int seqlen_q) {
-  return !masked || seqlen_q <= (head_dim <= 64 ? 4096 : 2048);
+  return !masked || seqlen_q <= (head_dim <= 128 ? 8192 : 2048);
 }
 
 // Consumer warpgroups (64 query rows each) and threads (+ one producer warpgroup) of a configuration.
