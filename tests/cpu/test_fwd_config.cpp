@@ -55,7 +55,7 @@ TEST(FwdConfig, ShortConfigOnlyWhereCompiledAndOnlyForShortMaskedProblems) {
   for (int d : kHeadDims) {
     EXPECT_FALSE(fwd_use_short_config(d, false, 512)) << "unmasked problems always use the table";
     EXPECT_FALSE(fwd_use_short_config(d, true, 1 << 20)) << "long problems always use the table";
-    for (int sq : {1, 512, 1024, 1025, 4096}) {
+    for (int sq : {1, 512, 1024, 2048, 2049, 4096}) {
       const bool short_cfg = fwd_use_short_config(d, true, sq);
       if (short_cfg) EXPECT_TRUE(fwd_has_short_config(d, true));
       const FwdTileConfig chosen = fwd_tile_config_for(d, true, sq);

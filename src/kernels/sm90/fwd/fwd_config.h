@@ -43,16 +43,18 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   return {128, 64, 2, 0, true, false};
 }
 
-// Short masked problems at d = 64 (seqlen_q <= 1024): the 192-row tile wastes more of the short diagonal tiles
-// than it gains, and two consumers on 128 x 128 measured 1.14-1.20x faster at 512 and 1k (causal; 0.96-1.01x
-// at 2k; bench/results/2026-11-29-h200-tile-candidates.json). Compiled as a second kernel of that configuration.
+// Short masked problems at d = 64 (seqlen_q <= 2048): the 192-row tile wastes more of the short diagonal tiles
+// than it gains, and two consumers on 128 x 128 measured 1.14-1.20x faster at 512 and 1k (causal; bench/results/
+// 2026-11-29-h200-tile-candidates.json); at 2k it measured 0.96-1.01x then and 1.02-1.06x after later kernel
+// changes (two runs, ...-fwd-launch-candidates.json), at 4k +0.6..+2.5 % (left out), at 8k -4..-7 %. Compiled
+// as a second kernel of that configuration.
 constexpr bool fwd_has_short_config(int head_dim, bool masked) { return head_dim <= 64 && masked; }
 constexpr FwdTileConfig fwd_short_tile_config(int head_dim) {
   (void)head_dim;
   return {128, 128, 3, 0, true, false};
 }
 constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
-  return fwd_has_short_config(head_dim, masked) && seqlen_q <= 1024;
+  return fwd_has_short_config(head_dim, masked) && seqlen_q <= 2048;
 }
 // The configuration a problem runs with.
 constexpr FwdTileConfig fwd_tile_config_for(int head_dim, bool masked, int seqlen_q) {
