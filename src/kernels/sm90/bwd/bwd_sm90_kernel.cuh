@@ -16,11 +16,11 @@
 //                          (without softcap P^T is computed while dP^T is still running, and dV issued before dS^T)
 //     dV  += P^T dO        wgmma RS: A = P^T from registers (the accumulator layout is the A fragment layout with
 //                          k = queries), B = dO (MN-major: d contiguous, transposed)
-//     dK  += dS^T Q        wgmma RS, same with dS^T and Q
-//     dS   -> shared       stmatrix .trans turns the dS^T fragments into dS rows (queries) with keys contiguous, in
-//                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
-//                          one 256-thread named barrier per tile ("both halves of dS written").
-//     dQ   = dS K          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
+//     dS   -> shared       (while dV runs) stmatrix .trans turns the dS^T fragments into dS rows (queries) with keys
+//                          contiguous, in the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys.
+//                          Double buffered, one 256-thread named barrier per tile ("both halves of dS written").
+//     dQ   = dS K          (issued before dK, so that its piece is staged while dK runs)
+//                          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
 //                          computes a 64 x 64 piece (bwd_sm90_config.h) and stages it in shared memory (fp32,
 //                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers, 1 in d = 64 unmasked
 //                          one-item launches); the buffer's dQ writer adds it into the fp32 (b, h, sq, d)
@@ -29,6 +29,7 @@
 //                          additions by n_block (grid_n_block in bwd_schedule.h: shortest first under a mask);
 //                          the waits on it stall only the writers. Non-deterministic CTAs start their Q loop at different tiles (QRange) so that
 //                          they do not add into the same rows at once.
+//     dK  += dS^T Q        wgmma RS, as dV with dS^T and Q
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
 //   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
 //
