@@ -30,6 +30,12 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem, uint32_t l
 // The descriptor of the same operand `bytes` further on (a multiple of 16): the address field holds addr >> 4 and
 // shared-memory addresses stay below 2^18, so the add never carries out of it.
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// The same as a 32-bit add to the low word (the address field never carries out of it): one add per k-step where the
+// 64-bit add took an add with carry and two moves (the forward's k-step loops, which issue their wgmmas back to back).
+__device__ __forceinline__ uint64_t desc_advance_lo(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 
 // Hides a descriptor's value from the compiler's loop-invariant code motion: the k-step descriptors derived from
 // it with desc_advance are recomputed where they are used (one add each) instead of all being hoisted out of the
