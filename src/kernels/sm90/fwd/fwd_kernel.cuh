@@ -95,6 +95,12 @@ struct FwdKernel {
   static constexpr int kWgRows = 64;
   static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
   static constexpr int kThreads = fwd_threads(kCfg);
+  // wgmma k-step descriptors as offsets from one base descriptor per operand (a 32-bit add each) instead of built
+  // from each k-step's address (~6 instructions on the path to the next issue). Measured per configuration (bench/
+  // results/2026-11-29-h200-fwd-kstep-descriptors.json): d = 64 with three consumers +1..+6 % (most causal 4k-16k),
+  // d = 128 +0..+4 % (one shape -2 %); the two-consumer d = 64 configuration lost 2-5 % and d = 256 -3..+3 %, so
+  // they keep the per-k-step descriptors (the difference is in ptxas' schedule, not in the instruction count).
+  static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 128;
   static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
   static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
@@ -249,26 +255,42 @@ struct FwdKernel {
   // S (64 x kBlockN) = Q rows of this warpgroup x K(stage)^T; issued, not waited for.
   static __device__ __forceinline__ void issue_qk(SharedStorage& s, int wg, int qb, int stage,
                                                   float (&acc_s)[kBlockN / 2]) {
-    // One descriptor per operand, each k-step an offset from it (a 64-column chunk is rows * 128 bytes on, a k-step
-    // of 16 columns 32 bytes): building every k-step's descriptor from its address cost ~6 instructions each on the
-    // path to the next wgmma issue.
-    const uint64_t q_base = wgmma::make_desc_sw128(&s.q[qb][0][wg * kWgRows][0], 16, 1024);
-    const uint64_t k_base = wgmma::make_desc_sw128(&s.k[stage][0][0][0], 16, 1024);
+    if constexpr (kKStepsFromBase) {
+      // One descriptor per operand, each k-step an offset from it (a 64-column chunk is rows * 128 bytes on, a
+      // k-step of 16 columns 32 bytes).
+      const uint64_t q_base = wgmma::make_desc_sw128(&s.q[qb][0][wg * kWgRows][0], 16, 1024);
+      const uint64_t k_base = wgmma::make_desc_sw128(&s.k[stage][0][0][0], 16, 1024);
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t step = (ks % 4) * 32;
-      wgmma::mma_ss<kBlockN, 0, Element>(acc_s, wgmma::desc_advance_lo(q_base, (ks / 4) * kBlockM * 128 + step),
-                                         wgmma::desc_advance_lo(k_base, (ks / 4) * kBlockN * 128 + step), ks > 0);
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t step = (ks % 4) * 32;
+        wgmma::mma_ss<kBlockN, 0, Element>(acc_s, wgmma::desc_advance_lo(q_base, (ks / 4) * kBlockM * 128 + step),
+                                           wgmma::desc_advance_lo(k_base, (ks / 4) * kBlockN * 128 + step), ks > 0);
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[qb][ks / 4][wg * kWgRows][(ks % 4) * 16], 16, 1024);
+        const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
+        wgmma::mma_ss<kBlockN, 0, Element>(acc_s, desc_q, desc_k, ks > 0);
+      }
     }
   }
 
   // O (64 x kHeadDim) += P (64 x kBlockN, registers) x V(stage) (kBlockN x kHeadDim, MN-major).
   static __device__ __forceinline__ void issue_pv(SharedStorage& s, int stage, const uint32_t (&p_frag)[kBlockN / 16][4],
                                                   float (&acc_o)[kHeadDim / 2]) {
-    const uint64_t v_base = wgmma::make_desc_sw128(&s.v[stage][0][0][0], kBlockN * 128, 1024);
+    if constexpr (kKStepsFromBase) {
+      const uint64_t v_base = wgmma::make_desc_sw128(&s.v[stage][0][0][0], kBlockN * 128, 1024);
 #pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks)  // a k-step is 16 rows of 128 bytes
-      wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], wgmma::desc_advance_lo(v_base, ks * 16 * 128), true);
+      for (int ks = 0; ks < kBlockN / 16; ++ks)  // a k-step is 16 rows of 128 bytes
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], wgmma::desc_advance_lo(v_base, ks * 16 * 128), true);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[stage][0][ks * 16][0], kBlockN * 128, 1024);
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], desc_v, true);
+      }
+    }
   }
 
   // P in fp32 accumulator layout -> 16-bit A fragments: k-step j takes accumulator elements 8j .. 8j+7 in order.
