@@ -99,7 +99,7 @@ struct FwdKernel {
   // from each k-step's address (~6 instructions on the path to the next issue). Measured per configuration (bench/
   // results/2026-11-29-h200-fwd-kstep-descriptors.json): d = 64 with three consumers +1..+6 % (most causal 4k-16k),
   // d = 128 +0..+4 % (one shape -2 %); the two-consumer d = 64 configuration lost 2-5 % and d = 256 -3..+3 %, so
-  // they keep the per-k-step descriptors (the difference is in ptxas' schedule, not in the instruction count).
+  // they keep the per-k-step descriptors (why is not understood: their instruction count drops too).
   static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 128;
   static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
