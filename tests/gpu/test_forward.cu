@@ -58,7 +58,9 @@ struct Shape {
 const Shape kOddShapes[] = {
     {1, 1, 1, 1, 1},      {1, 17, 17, 2, 2},     {2, 127, 127, 3, 3},  {1, 128, 128, 2, 2},  {1, 129, 129, 2, 1},
     {1, 1000, 1000, 1, 1}, {1, 1013, 1024, 2, 2}, {1, 4097, 4097, 1, 1}, {2, 100, 300, 4, 4}, {2, 300, 100, 4, 4},
-    {3, 257, 257, 8, 1},  {1, 1536, 1536, 12, 4},  // 1536 x 12 heads: > 132 tiles (several per persistent CTA) of the d = 64 masked 128 x 128 configuration past 1k
+    {3, 257, 257, 8, 1},
+    // > 132 tiles, so persistent CTAs run several each; at d = 64 masked: the 128 x 128 configuration past 1k
+    {1, 1536, 1536, 12, 4},
 };
 
 class ForwardShapes : public ::testing::TestWithParam<std::tuple<int, bool, DType>> {};
