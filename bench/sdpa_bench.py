@@ -2,7 +2,9 @@
 """Times PyTorch SDPA backends (cuDNN, FA2 = PyTorch's flash backend) on the benchmark shapes of facts.md, and
 flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
 bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
-the end), warm-up, median of N runs, input sets rotated past L2.
+the end), warm-up, median of N runs, input sets rotated past L2. With --rounds R every shape is timed R times per
+implementation, the implementations in a rotated order each round (so clock and power drift hit all alike), and
+the record's ms is the median of the R round medians (all of them in ms_rounds).
 Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward, or with
 --bwd-method grad-only the backward alone on kept forward graphs."""
 import argparse
@@ -34,6 +36,7 @@ def median_ms(fn, iters, sets):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
@@ -62,11 +65,10 @@ def main():
                                            requires_grad=args.backward) for _ in range(3))
                     inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
-                for impl in args.impls.split(","):
-                    if impl.startswith("flash4") and not have_flash4:
-                        continue
+                impls = [i for i in args.impls.split(",") if have_flash4 or not i.startswith("flash4")]
 
-                    def fwd(i, impl=impl):
+                def measure(impl):
+                    def fwd(i):
                         q, k, v, _ = inputs[i]
                         if impl.startswith("flash4"):  # flash4, flash4_deterministic
                             return flash4.flash_attn_func(q, k, v, causal=causal,
@@ -83,25 +85,37 @@ def main():
                         q, k, v, dout = inputs[i]
                         torch.autograd.grad(fwd(i), (q, k, v), dout)
 
-                    try:
-                        if args.backward and args.bwd_method == "grad-only":
-                            outs = [fwd(i) for i in range(sets)]
+                    if args.backward and args.bwd_method == "grad-only":
+                        outs = [fwd(i) for i in range(sets)]
 
-                            def bwd_only(i):
-                                q, k, v, dout = inputs[i]
-                                torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
+                        def bwd_only(i):
+                            q, k, v, dout = inputs[i]
+                            torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
 
-                            ms = median_ms(bwd_only, args.iters, sets)
-                            del outs
-                        elif args.backward:
-                            ms = median_ms(fwd_bwd, args.iters, sets) - median_ms(fwd, args.iters, sets)
-                        else:
-                            with torch.no_grad():
-                                ms = median_ms(fwd, args.iters, sets)
+                        return median_ms(bwd_only, args.iters, sets)
+                    if args.backward:
+                        return median_ms(fwd_bwd, args.iters, sets) - median_ms(fwd, args.iters, sets)
+                    with torch.no_grad():
+                        return median_ms(fwd, args.iters, sets)
+
+                times = {impl: [] for impl in impls}
+                errors = {}
+                for r in range(args.rounds):
+                    for impl in impls[r % len(impls):] + impls[:r % len(impls)]:
+                        if impl in errors:
+                            continue
+                        try:
+                            times[impl].append(measure(impl))
+                        except Exception as e:
+                            errors[impl] = str(e)[:200]
+                for impl in impls:
+                    if impl in errors:
+                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, error=errors[impl])
+                    else:
+                        ms = sorted(times[impl])[len(times[impl]) // 2]
                         rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, ms=round(ms, 4),
-                                   tflops=round(flops / ms / 1e9, 1), pass_="backward" if args.backward else "forward")
-                    except Exception as e:
-                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, error=str(e)[:200])
+                                   tflops=round(flops / ms / 1e9, 1), pass_="backward" if args.backward else "forward",
+                                   ms_rounds=[round(t, 4) for t in times[impl]])
                     print(json.dumps(rec), flush=True)
                 del inputs
                 torch.cuda.empty_cache()

@@ -83,10 +83,13 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 
 // Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu). Measured against one CTA per item:
 // +2..+9 % where an item loops over few Q tiles (seqlen 512-1k; d = 64 causal up to 4k), -1..-3 % at 8k-16k
-// (bench/results/2026-11-29-h200-bwd-persistent-rejected.json). So they run where an item averages at most 16 Q
-// tiles: the GQA group times the Q rows a key tile sees, all of them without a mask, about half under a band open
-// on one side (causal), at most the band's width under a window.
+// (bench/results/2026-11-29-h200-bwd-persistent-rejected.json). So at d = 128 they run where an item averages at
+// most 16 Q tiles: the GQA group times the Q rows a key tile sees, all of them without a mask, about half under a
+// band open on one side (causal), at most the band's width under a window (re-measured after 6409e43: longer items
+// -2..+1 %). At d = 64 (block_m 128) the kernel of 6409e43 gains at every length: 4k-16k +2.5..+5 %
+// (bench/results/2026-11-29-h200-bwd-persistent-bound.json), so there they always run.
 FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
+  if (block_m == 128) return true;  // d = 64's tile
   const bool lo_open = p.band_lo <= -kBandSentinel, hi_open = p.band_hi >= kBandSentinel;
   long long rows = p.seqlen_q;
   if (lo_open != hi_open) rows = (rows + 1) / 2;
