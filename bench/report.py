@@ -33,7 +33,8 @@ def collect(args):
         "commit": args.commit,
         "protocol": "bf16, total tokens b*s = 16k, heads*d = 2048, CUDA events, 3 warm-up + median of N runs, "
                     "input sets rotated past 200 MB (> L2); forward FLOPs 4*b*h*s*s*d (causal: half), "
-                    "backward 2.5x; backward time = (forward+backward) - forward for SDPA backends",
+                    "backward 2.5x; backward time = (forward+backward) - forward for SDPA backends; records "
+                    "with ms_rounds: the median of that many rounds, implementations in a rotated order per round",
         "forward": read_jsonl(args.forward),
         "backward": read_jsonl(args.backward),
         "ablation": read_jsonl(args.ablation),
