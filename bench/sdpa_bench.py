@@ -4,23 +4,33 @@ flash4 in the same process when the flash4 Python package is importable. Same pr
 bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
 the end), warm-up, median of N runs, input sets rotated past L2. With --rounds R every shape is timed R times per
 implementation, the implementations in a rotated order each round (so clock and power drift hit all alike), and
-the record's ms is the median of the R round medians (all of them in ms_rounds).
+the record's ms is the median of the R round medians (all of them in ms_rounds). Each timing starts from the
+implementation's own steady state (--warm-ms of warm-up calls): the GPU runs at its power cap, and the clock a
+kernel starts from depends on what ran before it.
 Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward, or with
 --bwd-method grad-only the backward alone on kept forward graphs."""
 import argparse
 import json
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-def median_ms(fn, iters, sets):
+def median_ms(fn, iters, sets, warm_ms=0.0):
     """Median per-call GPU time: calls are issued back to back (the CPU runs ahead, as in a training loop), each
-    bracketed by its own pair of events, with one synchronization at the end."""
-    for i in range(3):
+    bracketed by its own pair of events, with one synchronization at the end. Warm-up: 3 calls, and at least
+    warm_ms of wall time of this same call: the H200 runs these kernels at its 700 W cap with the SM clock moving
+    between ~1650 and 1980 MHz, so a call timed right after a lighter one would start from a higher clock."""
+    t0 = time.perf_counter()
+    i = 0
+    while i < 3 or (time.perf_counter() - t0) * 1e3 < warm_ms:
         fn(i % sets)
+        i += 1
+        if i % 4 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -37,6 +47,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
+    # Steady state before timing (see median_ms); 0 = the old 3-call warm-up.
+    ap.add_argument("--warm-ms", type=float, default=150.0)
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
@@ -92,16 +104,19 @@ def main():
                             q, k, v, dout = inputs[i]
                             torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
 
-                        return median_ms(bwd_only, args.iters, sets)
+                        return median_ms(bwd_only, args.iters, sets, args.warm_ms)
                     if args.backward:
-                        return median_ms(fwd_bwd, args.iters, sets) - median_ms(fwd, args.iters, sets)
+                        return (median_ms(fwd_bwd, args.iters, sets, args.warm_ms)
+                                - median_ms(fwd, args.iters, sets, args.warm_ms))
                     with torch.no_grad():
-                        return median_ms(fwd, args.iters, sets)
+                        return median_ms(fwd, args.iters, sets, args.warm_ms)
 
                 times = {impl: [] for impl in impls}
                 errors = {}
                 for r in range(args.rounds):
-                    for impl in impls[r % len(impls):] + impls[:r % len(impls)]:
+                    # Rotated, and reversed every other round, so that each implementation follows the others.
+                    order = impls[r % len(impls):] + impls[:r % len(impls)]
+                    for impl in (order if r % 2 == 0 else order[::-1]):
                         if impl in errors:
                             continue
                         try:
