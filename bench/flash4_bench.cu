@@ -1,6 +1,8 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
-// Usage: flash4_bench [--iters N] [--rounds R] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL] [--host]
+// Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
+//                     [--host]
+//   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
 //   --candidates: at every seqlen, other tile shapes and launch modes for the tile table (compiled here only).
@@ -10,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -112,11 +115,23 @@ class Inputs {
   std::vector<float*> lse_;
 };
 
+// Warm-up before each timing, in ms of wall time of the call being timed (--warm-ms; at least 3 calls): the H200
+// runs these kernels at its 700 W power cap with the SM clock between ~1650 and 1980 MHz, so a call timed right
+// after a lighter one starts from a higher clock (identical kernels measured 574 vs 630 TFLOP/s by their place in
+// a round, docs/performance.md "Ablation").
+double g_warm_ms = 150.0;
+
 // Median per-call GPU time (ms) of `iters` calls of run(set), after warm-up. Calls are issued back to back (the
 // CPU runs ahead, as in a training loop), each between its own pair of events; one synchronization at the end.
 template <class Run>
 double median_ms_of(int sets, int iters, Run run) {
-  for (int i = 0; i < 3; ++i) run(i % sets);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 3 && elapsed >= g_warm_ms) break;
+    run(i % sets);
+    if (i % 4 == 3) CHECK(cudaDeviceSynchronize());
+  }
   CHECK(cudaDeviceSynchronize());
   std::vector<cudaEvent_t> start(iters), stop(iters);
   for (int i = 0; i < iters; ++i) {
@@ -233,6 +248,7 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warm-ms") && i + 1 < argc) g_warm_ms = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablation")) ablation = true;
     else if (!std::strcmp(argv[i], "--candidates")) candidates = true;
     else if (!std::strcmp(argv[i], "--backward")) backward = true;
