@@ -64,6 +64,9 @@ def main():
         print(f"# flash4 python package not importable: {e}", file=sys.stderr)
         have_flash4 = False
 
+    impls = [i for i in args.impls.split(",") if have_flash4 or not i.startswith("flash4")]
+    if not impls:
+        sys.exit("nothing to time: --impls names only flash4 implementations and the package is not importable")
     for d in [int(x) for x in args.dims.split(",")]:
         for s in [int(x) for x in args.seqlens.split(",")]:
             for causal in (False, True):
@@ -77,8 +80,6 @@ def main():
                                            requires_grad=args.backward) for _ in range(3))
                     inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
-                impls = [i for i in args.impls.split(",") if have_flash4 or not i.startswith("flash4")]
-
                 def measure(impl):
                     def fwd(i):
                         q, k, v, _ = inputs[i]
