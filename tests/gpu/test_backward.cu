@@ -184,9 +184,9 @@ TEST(Backward, SlidingWindow) {
   }
 }
 
-// Outside deterministic mode the d = 64 / 128 kernel runs one persistent CTA per SM, each over a stride of work
-// items (bwd_schedule.h). The shapes above have fewer items than an H200 has SMs; these have more (192, 400, 384
-// items), so CTAs carry the Q ring, the dS / dQ buffers and the K, V barriers from item to item: GQA 3:1 causal,
+// Outside deterministic mode the d = 64 / 128 kernel runs one persistent CTA per SM where bwd_persistent_pays (d = 64
+// always, d = 128 for short items), each claiming work items from a counter (bwd_schedule.h). The shapes above have
+// fewer items than an H200 has SMs; these have more (192, 400, 384 items), so CTAs carry the Q ring, the dS / dQ buffers and the K, V barriers from item to item: GQA 3:1 causal,
 // a two-sided window under which key tile 0 is invisible (items without Q tiles between items with them), and
 // softcap.
 TEST(Backward, PersistentCtasRunManyItems) {
