@@ -1,10 +1,13 @@
-// The normalized attention problem every backend receives after validation: sizes, the effective mask as a
-// key window per query row, and the scales. Plain data, usable on host and device.
+// The normalized attention problem every backend receives after validation: sizes, where each sequence lies,
+// the mask and the score transform. Plain data, usable on host and device.
 #pragma once
 
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "common/mask.h"
+#include "common/score_transform.h"
+#include "common/sequence.h"
 
 namespace flash4::detail {
 
@@ -18,25 +21,18 @@ struct Problem {
 
   bool has_mask() const { return window_left >= 0 || window_right >= 0; }
   int64_t group() const { return heads / heads_kv; }  // query heads per K/V head
+
+  AttentionMask mask() const { return {window_left, window_right}; }
+  SequenceLayout layout() const { return dense_layout(seqlen_q, seqlen_k); }
+  ScoreTransform score_transform() const { return ScoreTransform::make(softmax_scale, softcap); }
+  // The mask inside batch entry b.
+  SequenceMask sequence_mask(int64_t b) const {
+    const SequenceInfo s = layout().info(b);
+    return SequenceMask::make(mask(), s.seqlen_q, s.seqlen_k);
+  }
 };
 
-// Keys [lo, hi] (inclusive, clipped to [0, seqlen_k - 1]) that query row i may see. Empty when lo > hi.
-struct KeyRange {
-  int64_t lo, hi;
-};
-
-FLASH4_HD KeyRange key_range(int64_t i, int64_t seqlen_q, int64_t seqlen_k, int64_t window_left,
-                             int64_t window_right) {
-  const int64_t diag = i + seqlen_k - seqlen_q;  // bottom-right aligned diagonal
-  int64_t lo = window_left >= 0 ? diag - window_left : 0;
-  int64_t hi = window_right >= 0 ? diag + window_right : seqlen_k - 1;
-  if (lo < 0) lo = 0;
-  if (hi > seqlen_k - 1) hi = seqlen_k - 1;
-  return {lo, hi};
-}
-
-FLASH4_HD KeyRange key_range(const Problem& p, int64_t i) {
-  return key_range(i, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
-}
+// Keys [lo, hi] (clipped to [0, seqlen_k - 1]) that query row i of batch entry 0 may see; empty when lo > hi.
+inline KeyRange key_range(const Problem& p, int64_t i) { return p.sequence_mask(0).keys_of_row(i); }
 
 }  // namespace flash4::detail

@@ -67,7 +67,8 @@ RowStats row_stats(const BackwardArgs& args, const Problem& p) {
 // loaded: t.p = P and t.ds = dS = P * (dP - D) * d(softcap)/ds, both zero where masked.
 void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int64_t q0, int64_t rows, int64_t k0,
                           int64_t n, BackwardTiles& t) {
-  const ScoreTransform transform(p);
+  const detail::ScoreTransform transform = p.score_transform();
+  const detail::SequenceMask mask = p.sequence_mask(bh / p.heads);
   const int64_t d = p.head_dim;
   matmul_set(t.q.data(), t.kt.data(), t.p.data(), rows, n, d);      // S = Q K^T
   matmul_set(t.dout.data(), t.vt.data(), t.ds.data(), rows, n, d);  // dP = dO V^T
@@ -76,7 +77,7 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int6
     float* dsr = t.ds.data() + r * n;
     const int64_t at = bh * p.seqlen_q + q0 + r;
     const float lse_log2 = st.lse_log2[at], delta = st.delta[at];
-    TileSpan span = tile_span(p, q0 + r, k0, n);
+    TileSpan span = tile_span(mask, q0 + r, k0, n);
     if (lse_log2 == kNegInf) span = {0, 0};  // fully masked row: no probability anywhere
     for (int64_t j = 0; j < n; ++j) {
       if (j < span.begin || j >= span.end) {
@@ -85,12 +86,12 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int6
         continue;
       }
       float score = pr[j], dscore = 1.0f;
-      if (transform.softcap) {
-        const float th = std::tanh(score * transform.scale_over_cap);
-        score = transform.cap_log2 * th;
+      if (transform.has_softcap()) {
+        const float th = std::tanh(score * transform.tanh_scale);
+        score = transform.log2_scale * th;
         dscore = 1.0f - th * th;
       } else {
-        score *= transform.scale_log2;
+        score *= transform.log2_scale;
       }
       const float prob = std::exp2(score - lse_log2);
       pr[j] = prob;
@@ -109,11 +110,11 @@ FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& 
   std::fill(dv, dv + n * d, 0.0f);
   load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
   load_rows_transposed(args.v, b, k0, n, hk, t.vt.data(), n);
+  const detail::SequenceMask mask = p.sequence_mask(b);
   for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
     for (int64_t q0 = 0; q0 < p.seqlen_q; q0 += kBlockM) {
       const int64_t rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
-      const KeyRange keys = tile_key_union(p, q0, rows);
-      if (keys.hi < k0 || keys.lo > k0 + n - 1) continue;  // no row of this Q tile sees these keys
+      if (!mask.block_visible(q0, q0 + rows - 1, k0, k0 + n - 1)) continue;  // no row here sees these keys
       load_rows(args.q, b, q0, rows, h, t.q.data());
       load_rows(args.dout, b, q0, rows, h, t.dout.data());
       probabilities_and_ds(p, st, b * p.heads + h, q0, rows, k0, n, t);
@@ -134,8 +135,9 @@ FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p,
   std::fill(dq, dq + rows * d, 0.0f);
   load_rows(args.q, b, q0, rows, h, t.q.data());
   load_rows(args.dout, b, q0, rows, h, t.dout.data());
-  const KeyRange keys = tile_key_union(p, q0, rows);
-  for (int64_t k0 = keys.lo >= 0 ? keys.lo / kBlockN * kBlockN : 0; k0 <= keys.hi; k0 += kBlockN) {
+  const detail::SequenceMask mask = p.sequence_mask(b);
+  const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
+  for (int64_t k0 = key_tiles.lo * kBlockN; k0 <= key_tiles.hi * kBlockN; k0 += kBlockN) {
     const int64_t n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
     load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
     load_rows_transposed(args.v, b, k0, n, hk, t.vt.data(), n);

@@ -28,7 +28,8 @@ struct ForwardTiles {
 FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem& p, int64_t b, int64_t h, int64_t q0, ForwardTiles& t) {
   const int64_t d = p.head_dim, hk = h / p.group();
   const int64_t rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
-  const ScoreTransform transform(p);
+  const detail::ScoreTransform transform = p.score_transform();
+  const detail::SequenceMask mask = p.sequence_mask(b);
   // kAuto means exact here: the CPU also serves fp32, where the polynomial's 8.8e-5 relative error would show.
   const bool polynomial = args.tuning.exp2 == Exp2Mode::kPolynomial;
   const bool conditional = args.tuning.conditional_rescale;
@@ -38,8 +39,8 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
   load_rows(args.q, b, q0, rows, h, t.q.data());
 
   // Only the K tiles some row of this Q tile can see (causal / window skip the rest).
-  const KeyRange keys = tile_key_union(p, q0, rows);
-  for (int64_t k0 = keys.lo >= 0 ? keys.lo / kBlockN * kBlockN : 0; k0 <= keys.hi; k0 += kBlockN) {
+  const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
+  for (int64_t k0 = key_tiles.lo * kBlockN; k0 <= key_tiles.hi * kBlockN; k0 += kBlockN) {
     const int64_t n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
     load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
     load_rows(args.v, b, k0, n, hk, t.v.data());
@@ -47,12 +48,12 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
 
     for (int64_t r = 0; r < rows; ++r) {
       float* row = t.s.data() + r * n;  // scores in, probabilities out
-      const TileSpan span = tile_span(p, q0 + r, k0, n);
+      const TileSpan span = tile_span(mask, q0 + r, k0, n);
       if (span.empty()) {
         std::fill(row, row + n, 0.0f);
         continue;
       }
-      transform.apply(row + span.begin, span.end - span.begin);
+      apply_score_transform(transform, row + span.begin, span.end - span.begin);
       const float m_tile = *std::max_element(row + span.begin, row + span.end);
       const float factor = state[r].update(m_tile, conditional);
       if (factor != 1.0f) {

@@ -1,6 +1,8 @@
 // Tile sizes and constants of the CPU FlashAttention (the GPU kernels choose their own per head dim).
 #pragma once
 
+#include "common/score_transform.h"
+
 namespace flash4::cpu {
 
 // 64 x 64 fp32 tiles: Q, K^T, V, S/P and O for d = 256 take ~280 KB, which stays in L2; larger tiles do not
@@ -11,7 +13,7 @@ inline constexpr int kBlockN = 64;  // keys per tile
 // FA4's conditional rescaling threshold in log2 units: P = 2^(t - m_ref) stays <= 2^8.
 inline constexpr float kRescaleThreshold = 8.0f;
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
+using detail::kLog2e;
+using detail::kLn2;
 
 }  // namespace flash4::cpu
