@@ -1,6 +1,7 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
+//                     [--seqlens S1,S2,...]
 //                     [--host]
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -160,80 +162,112 @@ double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher la
 
 void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
 
-// A kernel variant the library does not compile, launched through the same parameter builder.
-template <int kHeadDim, bool kMasked, class Variant>
-void variant_forward(const flash4::ForwardArgs& a) {
-  const flash4::detail::Problem p = flash4::detail::validate(a);
-  using Kernel = flash4::sm90::FwdKernel<__nv_bfloat16, kHeadDim, kMasked, Variant>;
-  flash4::sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, Variant>(
-      flash4::detail::make_fwd_params(a, p, Kernel::kBlockM, Kernel::kBlockN), nullptr);
-}
-
-template <class Variant>
-Launcher variant_launcher(const Shape& sh) {
-  switch (sh.d) {
-    case 64: return sh.causal ? &variant_forward<64, true, Variant> : &variant_forward<64, false, Variant>;
-    case 128: return sh.causal ? &variant_forward<128, true, Variant> : &variant_forward<128, false, Variant>;
-    case 256: return sh.causal ? &variant_forward<256, true, Variant> : &variant_forward<256, false, Variant>;
-  }
-  return nullptr;
-}
-
 struct Variant {
   std::string name;
   flash4::Tuning tuning;
   Launcher launch;
 };
 
+#if FLASH4_BENCH_VARIANTS
+// A kernel configuration the library does not compile, launched through the same parameter builder.
+// kPersistent: 1 = one CTA per SM claiming tiles, 0 = one CTA per tile, -1 = the library's launch rule.
+template <int kHeadDim, bool kMasked, template <int, bool> class Config, int kPersistent = -1>
+void variant_forward(const flash4::ForwardArgs& a) {
+  const flash4::detail::Problem p = flash4::detail::validate(a);
+  using Cfg = Config<kHeadDim, kMasked>;
+  const bool persistent = kPersistent >= 0 ? kPersistent != 0 : flash4::detail::choose_fwd_launch(p).persistent;
+  flash4::sm90::launch_forward_kernel<__nv_bfloat16, kHeadDim, kMasked, Cfg>(
+      flash4::detail::make_fwd_params(a, p, Cfg::tile), persistent, nullptr);
+}
+
+template <template <int, bool> class Config, int kPersistent = -1>
+Launcher variant_launcher(const Shape& sh) {
+  switch (sh.d) {
+    case 64: return sh.causal ? &variant_forward<64, true, Config, kPersistent> : &variant_forward<64, false, Config, kPersistent>;
+    case 128: return sh.causal ? &variant_forward<128, true, Config, kPersistent> : &variant_forward<128, false, Config, kPersistent>;
+    case 256: return sh.causal ? &variant_forward<256, true, Config, kPersistent> : &variant_forward<256, false, Config, kPersistent>;
+  }
+  return nullptr;
+}
+
+template <int kHeadDim, template <int, bool> class Config, int kPersistent = -1>
+Launcher launcher_for(const Shape& sh) {
+  return sh.causal ? &variant_forward<kHeadDim, true, Config, kPersistent>
+                   : &variant_forward<kHeadDim, false, Config, kPersistent>;
+}
+
+// The configurations of the ablation and the candidates: the tile table's entry with named edits.
+using flash4::sm90::fwd_tile_config;
+using flash4::sm90::FwdTileConfig;
+template <int D, bool M> struct Table { static constexpr FwdTileConfig tile = fwd_tile_config(D, M); };
+template <int D, bool M> struct Plain {  // warp specialization alone
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(false).with_pingpong(false);
+};
+template <int D, bool M> struct Overlap {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_pingpong(false);
+};
+template <int D, bool M> struct OverlapPingPong {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_pingpong(true);
+};
+template <int D, bool M> struct PingPongOn { static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_pingpong(true); };
+template <int D, bool M> struct PingPongOff { static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_pingpong(false); };
+template <int kPer8>
+struct Poly {
+  template <int D, bool M> struct Of {
+    static constexpr FwdTileConfig tile =
+        fwd_tile_config(D, M).with_intra_wg_overlap(true).with_pingpong(false).with_poly_exp2_per_8(kPer8);
+  };
+};
+template <int D, bool M> struct Stages3 { static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_stages(3); };
+template <int D, bool M> struct SingleP { static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_double_p(false); };
+template <int D, bool M> struct DoubleP { static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_double_p(true); };
+template <int D, bool M> struct Tile128 {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_tile(128, 128);
+};
+
+
 // The ablation ladder of the forward issue, then tuning candidates. Each step adds one idea.
 std::vector<Variant> ablation_variants(const Shape& sh) {
-  using flash4::sm90::FwdVariant;
   const flash4::Tuning exact_always{flash4::Exp2Mode::kExact, false};
   const flash4::Tuning exact_cond{flash4::Exp2Mode::kExact, true};
   std::vector<Variant> v = {
-      {"1_warp_specialized", exact_always, variant_launcher<FwdVariant<0, 0>>(sh)},
-      {"2_+intra_wg_overlap", exact_always, variant_launcher<FwdVariant<1, 0>>(sh)},
-      {"3_+pingpong", exact_always, variant_launcher<FwdVariant<1, 1>>(sh)},
-      {"4_+conditional_rescale", exact_cond, variant_launcher<FwdVariant<1, 1>>(sh)},
-      {"5_+exp2_emulation", {}, variant_launcher<FwdVariant<1, 1>>(sh)},
-      {"overlap_condrescale_exact", exact_cond, variant_launcher<FwdVariant<1, 0>>(sh)},
-      {"non_persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 0>>(sh)},
-      {"persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 1>>(sh)},
-      {"pingpong_on", {}, variant_launcher<FwdVariant<-1, 1>>(sh)},
-      {"pingpong_off", {}, variant_launcher<FwdVariant<-1, 0>>(sh)},
-      {"poly_1of8", {}, variant_launcher<FwdVariant<1, 0, 0, 1>>(sh)},
-      {"poly_2of8", {}, variant_launcher<FwdVariant<1, 0, 0, 2>>(sh)},
-      {"poly_4of8", {}, variant_launcher<FwdVariant<1, 0, 0, 4>>(sh)},
+      {"1_warp_specialized", exact_always, variant_launcher<Plain>(sh)},
+      {"2_+intra_wg_overlap", exact_always, variant_launcher<Overlap>(sh)},
+      {"3_+pingpong", exact_always, variant_launcher<OverlapPingPong>(sh)},
+      {"4_+conditional_rescale", exact_cond, variant_launcher<OverlapPingPong>(sh)},
+      {"5_+exp2_emulation", {}, variant_launcher<OverlapPingPong>(sh)},
+      {"overlap_condrescale_exact", exact_cond, variant_launcher<Overlap>(sh)},
+      {"non_persistent", {}, variant_launcher<Table, 0>(sh)},
+      {"persistent", {}, variant_launcher<Table, 1>(sh)},
+      {"pingpong_on", {}, variant_launcher<PingPongOn>(sh)},
+      {"pingpong_off", {}, variant_launcher<PingPongOff>(sh)},
+      {"poly_1of8", {}, variant_launcher<Poly<1>::Of>(sh)},
+      {"poly_2of8", {}, variant_launcher<Poly<2>::Of>(sh)},
+      {"poly_4of8", {}, variant_launcher<Poly<4>::Of>(sh)},
   };
-  if (sh.d == 128) {
-    if (sh.causal) v.push_back({"stages_3", {}, &variant_forward<128, true, FwdVariant<-1, -1, 3>>});
-    else v.push_back({"stages_3", {}, &variant_forward<128, false, FwdVariant<-1, -1, 3>>});
-  }
+  if (sh.d == 128) v.push_back({"stages_3", {}, launcher_for<128, Stages3>(sh)});
   return v;
-}
-
-template <int kHeadDim, class V>
-Launcher launcher_for(const Shape& sh) {
-  return sh.causal ? &variant_forward<kHeadDim, true, V> : &variant_forward<kHeadDim, false, V>;
 }
 
 // Tile-table candidates per head dim (--candidates, every seqlen): launch modes and other tile shapes.
 std::vector<Variant> tile_candidates(const Shape& sh) {
-  using flash4::sm90::FwdVariant;
-  std::vector<Variant> v = {{"persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 1>>(sh)},
-                            {"non_persistent", {}, variant_launcher<FwdVariant<-1, -1, 0, -1, 0>>(sh)}};
-  // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one: 224
-  // bytes of spills).
-  using SingleP = FwdVariant<-1, -1, 0, -1, -1, 0, 0, false, 0>;
-  using DoubleP = FwdVariant<-1, -1, 0, -1, -1, 0, 0, false, 1>;
+  std::vector<Variant> v = {{"persistent", {}, variant_launcher<Table, 1>(sh)},
+                            {"non_persistent", {}, variant_launcher<Table, 0>(sh)}};
+  // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one).
   if (sh.d == 128) v.push_back({"single_p", {}, launcher_for<128, SingleP>(sh)});
   if (sh.d == 256) v.push_back({"double_p", {}, launcher_for<256, DoubleP>(sh)});
   if (sh.d == 64) {
-    v.push_back({"m128", {}, launcher_for<64, FwdVariant<1, -1, 0, -1, -1, 128, 128>>(sh)});
-    v.push_back({"poly_1of8", {}, launcher_for<64, FwdVariant<1, 0, 0, 1>>(sh)});
+    v.push_back({"m128", {}, launcher_for<64, Tile128>(sh)});
+    v.push_back({"poly_1of8", {}, launcher_for<64, Poly<1>::Of>(sh)});
   }
   return v;
 }
+
+#else
+// Built without the variant kernels (-DFLASH4_BENCH_VARIANTS=OFF: a quick build for A/B runs of the library).
+std::vector<Variant> ablation_variants(const Shape&) { return {}; }
+std::vector<Variant> tile_candidates(const Shape&) { return {}; }
+#endif
 
 }  // namespace
 
@@ -241,9 +275,20 @@ int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
   bool ablation = false, backward = false, candidates = false, host = false;
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
+  std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
       std::sscanf(argv[++i], "%d:%d:%d", &only_d, &only_s, &only_causal);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--seqlens") && i + 1 < argc) {
+      seqlens.clear();
+      for (const char* c = argv[++i]; *c;) {
+        char* end = nullptr;
+        seqlens.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+        c = *end == ',' ? end + 1 : end;
+        if (end == c && *c) break;
+      }
       continue;
     }
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
@@ -262,7 +307,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Shape> shapes;
   for (int d : {64, 128, 256})
-    for (int s : {512, 1024, 2048, 4096, 8192, 16384})
+    for (int s : seqlens)
       for (bool causal : {false, true}) shapes.push_back({16384 / s, s, 2048 / d, d, causal});
   for (const Shape& sh : shapes) {
     if (ablation && sh.s != 8192) continue;

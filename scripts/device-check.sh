@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything flash4 checks on the H200 in one call (scripts/device-check.sh [stage ...]):
+# Everything flash4 checks on the H200 in one call:
+#   scripts/device-check.sh [--out DIR] [stage ...]     (DIR: where logs and results go; default build/device-out)
 #   build  - configure + build in build-device unless a carried build folder is given (BUILD_DIR)
 #   test   - GPU tests (tests/gpu) against the fp64 reference
 #   sanitize - compute-sanitizer memcheck + racecheck on small shapes
@@ -13,6 +14,9 @@
 #            (scripts/device-python.sh)
 #   candidates - tile-table candidates at every seqlen (flash4_bench --candidates), the previous build's flash4
 #            (devbin/old/flash4_bench_old, if carried) and cuDNN, for choosing the forward tile table
+#   ab     - A/B of this build against every carried devbin/old/flash4_bench_<tag> (other commits' builds):
+#            forward and backward at AB_SEQLENS (default 1024,4096,16384), AB_ROUNDS rounds (default 3) in
+#            alternating build order; table by bench/ab_table.py, JSON lines in DIR/ab.jsonl
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
@@ -20,7 +24,11 @@
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
 # Full logs go to $OUT; a short table is printed last.
 set -uo pipefail
-OUT=${OUT:-/tmp/flash4-out}
+OUT=build/device-out
+if [[ ${1:-} == --out ]]; then
+  OUT=$2
+  shift 2
+fi
 mkdir -p "$OUT"
 BUILD_DIR=${BUILD_DIR:-build-lead}
 STAGES=${*:-test bench}
@@ -133,6 +141,26 @@ PY
       fi
       PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --impls cudnn ${SDPA_ARGS:-} >>"$OUT/candidates.jsonl" 2>"$OUT/candidates-sdpa.err"
       python3 bench/compare.py "$OUT/candidates.jsonl" | tee "$OUT/candidates-table.txt"
+      ;;
+    ab)
+      olds=(devbin/old/flash4_bench_*)
+      : >"$OUT/ab.jsonl"
+      for round in $(seq 1 "${AB_ROUNDS:-3}"); do
+        bins=("new:$BUILD_DIR/bench/flash4_bench")
+        for old in "${olds[@]}"; do [[ -x $old ]] && bins+=("${old##*/flash4_bench_}:$old"); done
+        # Alternate the order each round, so that drift (clocks, the power cap) hits every build alike.
+        if ((round % 2 == 0)); then bins=($(printf '%s\n' "${bins[@]}" | tac)); fi
+        for entry in "${bins[@]}"; do
+          tag=${entry%%:*}
+          bin=${entry#*:}
+          for pass in "" "--backward"; do
+            timeout "${AB_LIMIT_S:-150}" "$bin" $pass --seqlens "${AB_SEQLENS:-1024,4096,16384}" --iters 30 2>>"$OUT/ab.err" |
+              sed "s/\"impl\": \"/\"round\": $round, \"impl\": \"${tag}_/" >>"$OUT/ab.jsonl"
+          done
+        done
+      done
+      summary+=("A/B: $(wc -l <"$OUT/ab.jsonl") timings")
+      python3 bench/ab_table.py "$OUT/ab.jsonl" --old "${AB_OLD:-old}" | tee "$OUT/ab-table.txt"
       ;;
     ab-bwd)
       # A hung build (a deadlock in a WIP kernel) must not eat the whole device call: each run has its own limit.

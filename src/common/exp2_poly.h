@@ -1,8 +1,8 @@
 // exp2 on the FMA pipe (FlashAttention-4's emulation), shared by the CPU path and the kernels.
 //
 // Hopper's MUFU unit does 16 ex2/clk/SM while the FMA pipe does 128 FMA/clk/SM, so computing part of the
-// softmax's exponentials with a short polynomial raises the total exp throughput (measured 1.37x for a
-// 50/50 mix on H200, ../shared/facts.md). Recipe:
+// softmax's exponentials with a short polynomial raises the total exp throughput (docs/performance.md gives the
+// measured rate of a mix). Recipe:
 //   1. clamp x to [-127, +inf); inputs are max-subtracted scores in the log2 domain, so x <= ~8;
 //   2. r = x + 1.5*2^23 rounded toward -inf puts floor(x) in r's low mantissa bits without F2I/FRND
 //      (those share MUFU's slow pipe and would make the emulation slower than MUFU itself);

@@ -58,7 +58,10 @@ TEST(FwdConfig, ShortConfigOnlyWhereCompiledAndOnlyForShortMaskedProblems) {
     for (int sq : {1, 512, 1024, 2048, 2049, 4096}) {
       const bool short_cfg = fwd_use_short_config(d, true, sq);
       if (short_cfg) EXPECT_TRUE(fwd_has_short_config(d, true));
-      const FwdTileConfig chosen = fwd_tile_config_for(d, true, sq);
+      const FwdLaunchConfig launch = fwd_launch_config(d, true, sq);
+      EXPECT_EQ(launch.short_tile, short_cfg);
+      EXPECT_EQ(launch.persistent, fwd_launch_persistent(d, true, sq));
+      const FwdTileConfig chosen = launch.tile;
       const FwdTileConfig expected = short_cfg ? fwd_short_tile_config(d) : fwd_tile_config(d, true);
       EXPECT_EQ(chosen.block_m, expected.block_m);
       EXPECT_EQ(chosen.block_n, expected.block_n);

@@ -104,13 +104,17 @@ TEST(ForwardFeatures, WindowSoftcapStridesAndAblationSwitches) {
 // measured slower), so the library does not compile it; these test-only instantiations keep the path (used by
 // the ablation benchmark) correct.
 template <int kHeadDim, bool kMasked>
+struct PolynomialConfig {
+  static constexpr sm90::FwdTileConfig tile = sm90::fwd_tile_config(kHeadDim, kMasked).with_poly_exp2_per_8(2);
+};
+
+template <int kHeadDim, bool kMasked>
 void launch_polynomial_variant(const ForwardArgs& a) {
-  using Variant = sm90::FwdVariant<-1, -1, 0, /*poly_per_8=*/2>;
-  using Kernel = sm90::FwdKernel<__nv_bfloat16, kHeadDim, kMasked, Variant>;
+  using Config = PolynomialConfig<kHeadDim, kMasked>;
   const detail::Problem p = detail::validate(a);
   ASSERT_EQ(p.has_mask(), kMasked);
-  sm90::launch_forward_variant<__nv_bfloat16, kHeadDim, kMasked, Variant>(
-      detail::make_fwd_params(a, p, Kernel::kBlockM, Kernel::kBlockN), nullptr);
+  sm90::launch_forward_kernel<__nv_bfloat16, kHeadDim, kMasked, Config>(
+      detail::make_fwd_params(a, p, Config::tile), detail::choose_fwd_launch(p).persistent, nullptr);
 }
 
 template <int kHeadDim>

@@ -23,19 +23,21 @@ struct FwdTileConfig {
   bool intra_wg_overlap;  // issue S(j+1) with P(j) V(j); softmax of j+1 overlaps P(j) V(j)
   bool pingpong;          // consumer warpgroups take turns issuing matmuls (named barriers)
   bool double_p = false;  // two P fragment buffers: P(j) is converted while P(j+1) V(j+1) still runs
+
+  // Named edits, for the ablation benchmark and tests: `table.with_pingpong(true)`.
+  constexpr FwdTileConfig with_tile(int m, int n) const { FwdTileConfig c = *this; c.block_m = m; c.block_n = n; return c; }
+  constexpr FwdTileConfig with_stages(int n) const { FwdTileConfig c = *this; c.stages = n; return c; }
+  constexpr FwdTileConfig with_poly_exp2_per_8(int n) const { FwdTileConfig c = *this; c.poly_exp2_per_8 = n; return c; }
+  constexpr FwdTileConfig with_intra_wg_overlap(bool on) const { FwdTileConfig c = *this; c.intra_wg_overlap = on; return c; }
+  constexpr FwdTileConfig with_pingpong(bool on) const { FwdTileConfig c = *this; c.pingpong = on; return c; }
+  constexpr FwdTileConfig with_double_p(bool on) const { FwdTileConfig c = *this; c.double_p = on; return c; }
 };
 
-// Pipeline choices are measured on the H200 (bench/flash4_bench --ablation at seqlen 8k and --candidates at
-// every seqlen; tables in docs/performance.md). Intra-warpgroup overlap wins everywhere (+3-19 %). Ping-pong
-// costs 3-13 % with two consumers except at d = 64 causal, and with three consumers at d = 64 it costs 1-6 %:
-// the consumer warpgroups already interleave on the SM sub-partitions without turn-taking. The FMA-pipe
-// polynomial (2 of 8 exps) won 5 % only at d = 64 causal with two consumers; with three it costs 4-14 %, and
-// elsewhere even 1 of 8 costs 2-15 %: the softmax is issue/latency bound (the polynomial is ~9 instructions
-// where MUFU.EX2 is 1), not MUFU-throughput bound, so it is off everywhere (the kernel keeps it for ablation).
-// A second P buffer (double_p) wins at d = 128 (+1..+6 % at every seqlen but one noisy point; bench/results/
-// 2026-11-29-h200-fwd-double-p.json); at d = 256 it measured -9..+4 %, and d = 64 has no registers for it.
-// Candidates measured and rejected: 128 x 176 at d = 128 (-2..-12 %) and 128 x 80 at d = 256 (-7..+4 %), both
-// spill with S that large.
+// Every choice below was measured on the H200 (bench/flash4_bench --ablation / --candidates; the numbers and
+// rejected candidates are in docs/performance.md). Intra-warpgroup overlap wins everywhere. Ping-pong is off: the
+// consumer warpgroups already interleave on the SM sub-partitions. The FMA-pipe polynomial is off: the softmax is
+// issue- and latency-bound (the polynomial is ~9 instructions where MUFU.EX2 is one), not MUFU-throughput-bound;
+// the kernel keeps it for the ablation. A second P buffer pays at d = 128 only (d = 64 has no registers for it).
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   (void)masked;
   if (head_dim <= 64) return {192, 128, 3, 0, true, false};
@@ -44,10 +46,7 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
 }
 
 // Short masked problems at d = 64 (seqlen_q <= 2048): the 192-row tile wastes more of the short diagonal tiles
-// than it gains, and two consumers on 128 x 128 measured 1.14-1.20x faster at 512 and 1k (causal; bench/results/
-// 2026-11-29-h200-tile-candidates.json); at 2k it measured 0.96-1.01x then and 1.02-1.06x after later kernel
-// changes (two runs, ...-fwd-launch-candidates.json), at 4k +0.6..+2.5 % (left out), at 8k -4..-7 %. Compiled
-// as a second kernel of that configuration.
+// than its third consumer gains, so two consumers on 128 x 128 run instead (a second compiled kernel).
 constexpr bool fwd_has_short_config(int head_dim, bool masked) { return head_dim <= 64 && masked; }
 constexpr FwdTileConfig fwd_short_tile_config(int head_dim) {
   (void)head_dim;
@@ -56,32 +55,35 @@ constexpr FwdTileConfig fwd_short_tile_config(int head_dim) {
 constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
   return fwd_has_short_config(head_dim, masked) && seqlen_q <= 2048;
 }
-// The configuration a problem runs with.
-constexpr FwdTileConfig fwd_tile_config_for(int head_dim, bool masked, int seqlen_q) {
-  return fwd_use_short_config(head_dim, masked, seqlen_q) ? fwd_short_tile_config(head_dim)
-                                                          : fwd_tile_config(head_dim, masked);
-}
 
-// Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent wins
-// without a mask (3-10 %: no per-CTA prologue, the epilogue overlaps the next tile's loads) and for masked
-// sequences up to 8k at d = 64 / 128 (+5-28 % at seqlen_q <= 2k, where per-CTA setup is a large share of a short
-// diagonal tile; since the d = 128 cross-tile overlap, which only a CTA with several tiles uses, +6.5 % at 4k and
-// +1.5 % at 8k; d = 64 +5 % at 8k: bench/results/2026-11-29-h200-fwd-launch-candidates.json). Beyond that the
-// hardware block scheduler balances the diagonal tiles better than our longest-first claiming (d = 128 causal 16k:
-// -6 %), as it does at d = 256 from 4k on (-2.5 %). The grid size is the only difference: a runtime choice.
+// Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent pays
+// without a mask (no per-CTA prologue; the epilogue overlaps the next tile's loads) and for masked problems up to
+// 8k at d = 64 / 128; beyond that, and at d = 256 past 2k, the hardware block scheduler balances the long
+// diagonal tiles better than longest-first claiming. Only the grid differs: a runtime choice.
 constexpr bool fwd_launch_persistent(int head_dim, bool masked, int seqlen_q) {
   return !masked || seqlen_q <= (head_dim <= 128 ? 8192 : 2048);
+}
+
+// The one launch decision for a problem, made by dispatch and handed to both the parameter builder (tile sizes:
+// TMA boxes, number of m-blocks) and the launcher (which compiled kernel, which grid).
+struct FwdLaunchConfig {
+  FwdTileConfig tile;
+  bool short_tile;  // the short-problem kernel (fwd_short_tile_config) instead of the table's
+  bool persistent;  // one CTA per SM claiming tiles, else one CTA per tile
+};
+constexpr FwdLaunchConfig fwd_launch_config(int head_dim, bool masked, int seqlen_q) {
+  const bool short_tile = fwd_use_short_config(head_dim, masked, seqlen_q);
+  return {short_tile ? fwd_short_tile_config(head_dim) : fwd_tile_config(head_dim, masked), short_tile,
+          fwd_launch_persistent(head_dim, masked, seqlen_q)};
 }
 
 // Consumer warpgroups (64 query rows each) and threads (+ one producer warpgroup) of a configuration.
 constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m / 64; }
 constexpr int fwd_threads(const FwdTileConfig& c) { return 128 * (1 + fwd_consumer_warpgroups(c)); }
 
-// Q tiles in shared memory: two for the cross-tile overlap (FwdKernel::kCrossTile: a consumer issues the next
-// tile's first S while this tile's last P V runs, so the next Q must already be in place), which needs two P
-// buffers: d = 128. Measured there +1..+12 % non-causal, -1..+4 % causal (bench/results/
-// 2026-11-29-h200-fwd-cross-tile.json). A second Q buffer alone measured -3..-7 % at d = 64 and +-1 % at d = 128
-// (...-fwd-q-double-buffer-rejected.json); d = 256's 64 KB Q does not fit twice.
+// Q tiles in shared memory: two for the cross-tile overlap (a consumer issues the next tile's first S while this
+// tile's last P V runs, so the next Q must already be in place), which needs two P buffers: d = 128. A second Q
+// buffer alone does not pay, and d = 256's 64 KB Q does not fit twice.
 constexpr int fwd_smem_bytes_with(const FwdTileConfig& c, int head_dim, int q_buffers) {
   const int q = q_buffers * c.block_m * head_dim * 2;
   const int kv = 2 * c.stages * c.block_n * head_dim * 2;

@@ -1,9 +1,14 @@
-// Kernel parameters of the Hopper forward pass, filled by src/kernels/sm90/dispatch.cu.
+// Kernel parameters of the Hopper forward pass, filled by fwd_api.cu from the validated problem and the launch
+// configuration.
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
+
+#include "common/mask.h"
+#include "common/score_transform.h"
+#include "common/sequence.h"
 
 namespace flash4::sm90 {
 
@@ -19,13 +24,12 @@ struct FwdParams {
 
   int* tile_counter = nullptr;  // zeroed int in global memory: the dynamic tile scheduler's next tile
 
-  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, group = 1;  // group = heads / heads_kv
-  int num_m_blocks = 0;
-  int window_left = -1, window_right = -1;  // causal folded in; -1 = unbounded
+  int batch = 0, heads = 0, group = 1;  // group = heads / heads_kv
+  int num_m_blocks = 0;                 // query tiles per (batch, head) of the longest sequence
 
-  float scale_log2 = 0.0f;        // softmax_scale * log2(e); log2(e) alone with softcap
-  float softcap = 0.0f;           // 0 = off
-  float softcap_pre_scale = 0.0f; // softmax_scale / softcap
+  detail::SequenceLayout seq;     // where each batch entry's queries and keys lie
+  detail::AttentionMask mask;     // window with causal folded in
+  detail::ScoreTransform score;   // q·k -> log2-domain score
   bool conditional_rescale = true;
   bool exp2_poly = true;          // use the config's polynomial share of exps
 };

@@ -3,13 +3,15 @@
 #pragma once
 
 #include "api/backends.h"
+#include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 
 namespace flash4::detail {
 
-// Tiles of block_m query rows and block_n keys (the TMA boxes and the number of m-blocks depend on them).
-sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, int block_m, int block_n);
-// With the tile table's sizes for this problem (what the library launches).
-sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p);
+// The launch configuration of a problem: chosen here once, then given to make_fwd_params and the launcher.
+sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p);
+// Parameters for tiles of tile.block_m query rows and tile.block_n keys (the TMA boxes and the number of m-blocks
+// depend on them).
+sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile);
 
 }  // namespace flash4::detail

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "common/exp2_poly.h"
-#include "common/problem.h"
+#include "common/score_transform.h"
 
 namespace flash4::sm90 {
 
@@ -21,7 +21,7 @@ template <int kBlockN>
 struct FwdSoftmax {
   static constexpr int kValues = kBlockN / 2;  // accumulator registers per thread
 
-  float m_ref[2] = {-INFINITY, -INFINITY};  // reference max of each row (raw score units)
+  float m_ref[2] = {-INFINITY, -INFINITY};  // reference max of each row (before log2_scale)
   float l_part[2] = {0.0f, 0.0f};           // this thread's partial row sums, relative to m_ref
 
   // Column of accumulator element i in the tile, relative to the tile's first key.
@@ -38,20 +38,20 @@ struct FwdSoftmax {
     }
   }
 
-  // cap * tanh(s * pre_scale), with tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): absolute error ~1e-7. (tanh.approx,
-  // what tanhf becomes under fast math, has 2^-11 relative error: 1.5 % in P at cap 30, and an LSE that the
-  // backward's accurate P would not match.)
-  static __device__ __forceinline__ void apply_softcap(float (&s)[kValues], float pre_scale, float cap) {
-    const float two_log2e_pre = 2.0f * 1.4426950408889634f * pre_scale;
+  // tanh(s * tanh_scale) in place, the softcapped score before its log2_scale (common/score_transform.h), with
+  // tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): absolute error ~1e-7. (tanh.approx, what tanhf becomes under fast math,
+  // has 2^-11 relative error: 1.5 % in P at cap 30, and an LSE that the backward's accurate P would not match.)
+  static __device__ __forceinline__ void apply_softcap(float (&s)[kValues], float tanh_scale) {
+    const float two_log2e_scale = 2.0f * detail::kLog2e * tanh_scale;
 #pragma unroll
-    for (int i = 0; i < kValues; ++i) s[i] = cap * (1.0f - __fdividef(2.0f, exp2f(s[i] * two_log2e_pre) + 1.0f));
+    for (int i = 0; i < kValues; ++i) s[i] = 1.0f - __fdividef(2.0f, exp2f(s[i] * two_log2e_scale) + 1.0f);
   }
 
   // Updates the reference max and row sums for a new tile and turns `s` into P (unnormalized probabilities,
   // fp32, in place). Returns the factors by which the caller must rescale its O rows (1 when untouched);
   // `rescaled` is warp-uniform so the O loop never diverges.
   template <int kPolyPer8>
-  __device__ __forceinline__ bool step(float (&s)[kValues], float scale_log2, bool conditional, bool use_poly,
+  __device__ __forceinline__ bool step(float (&s)[kValues], float log2_scale, bool conditional, bool use_poly,
                                        float (&factor)[2]) {
     float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -63,7 +63,7 @@ struct FwdSoftmax {
       row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
       const float m_new = fmaxf(m_ref[r], row_max[r]);
       // From -inf to finite compares as +inf > 8; -inf to -inf gives NaN, which compares false.
-      grows |= (m_new - m_ref[r]) * scale_log2 > kRescaleThresholdLog2;
+      grows |= (m_new - m_ref[r]) * log2_scale > kRescaleThresholdLog2;
       row_max[r] = m_new;
     }
     const bool rescaled = __any_sync(0xffffffffu, grows);
@@ -72,21 +72,21 @@ struct FwdSoftmax {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (row_max[r] != -INFINITY) {
-          factor[r] = exp2f((m_ref[r] - row_max[r]) * scale_log2);  // 0 when m_ref was -inf (O, l are 0)
+          factor[r] = exp2f((m_ref[r] - row_max[r]) * log2_scale);  // 0 when m_ref was -inf (O, l are 0)
           m_ref[r] = row_max[r];
           l_part[r] *= factor[r];
         }
       }
     }
-    // P = 2^(s * scale_log2 - m_ref * scale_log2); a row that has seen only masked keys uses 0 as its max.
+    // P = 2^(s * log2_scale - m_ref * log2_scale); a row that has seen only masked keys uses 0 as its max.
     float neg_max_scaled[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) neg_max_scaled[r] = m_ref[r] == -INFINITY ? 0.0f : -m_ref[r] * scale_log2;
+    for (int r = 0; r < 2; ++r) neg_max_scaled[r] = m_ref[r] == -INFINITY ? 0.0f : -m_ref[r] * log2_scale;
     if (kPolyPer8 > 0 && use_poly) {
 #pragma unroll
       for (int i = 0; i < kValues; ++i) {
         const int r = (i / 2) % 2;
-        const float x = fmaf(s[i], scale_log2, neg_max_scaled[r]);
+        const float x = fmaf(s[i], log2_scale, neg_max_scaled[r]);
         s[i] = (i % 8) < kPolyPer8 ? exp2_poly(x) : exp2f(x);
         l_part[r] += s[i];
       }
@@ -94,7 +94,7 @@ struct FwdSoftmax {
 #pragma unroll
       for (int i = 0; i < kValues; ++i) {
         const int r = (i / 2) % 2;
-        s[i] = exp2f(fmaf(s[i], scale_log2, neg_max_scaled[r]));
+        s[i] = exp2f(fmaf(s[i], log2_scale, neg_max_scaled[r]));
         l_part[r] += s[i];
       }
     }

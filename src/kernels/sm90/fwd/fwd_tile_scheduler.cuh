@@ -1,10 +1,10 @@
 // Which output tiles (m_block, head, batch) a CTA of the persistent forward kernel computes, and in what order.
 // The grid is at most one CTA per SM; CTAs claim tiles in a fixed head-major order (CTA i starts with tile i,
 // then takes the next unclaimed one from a global counter), so the CTAs running at the same time share one or
-// two heads' K/V in L2 (a level-major order across all heads was measured 15-20 % slower for long causal
-// sequences: their K/V no longer fit in the 60 MB L2). With a mask, each head's m-blocks go longest first, so
-// the short tiles near the top fill in the gaps. (A static round-robin assignment was measured up to 30 %
-// slower for causal 16k: with 132 CTAs and 128 m-blocks per head, CTA i kept drawing tiles of similar length.)
+// two heads' K/V in L2 (a level-major order across all heads loses for long causal sequences: their K/V no
+// longer fit in the 60 MB L2). With a mask, each head's m-blocks go longest first, so the short tiles near the
+// top fill in the gaps. (Claiming is dynamic because a static round-robin assignment keeps handing a CTA tiles
+// of similar length when the CTA count is close to the m-blocks per head.)
 // Launching one CTA per tile (grid = total tiles) degenerates to the classic non-persistent kernel.
 #pragma once
 

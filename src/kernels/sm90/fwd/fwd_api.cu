@@ -1,11 +1,11 @@
-// CUDA side of dispatch: decides whether the Hopper kernels can run a validated problem (and says why not),
-// fills the kernel parameters, and picks the compiled configuration.
+// The forward's CUDA side of dispatch: decides whether the Hopper kernels can run a validated problem (and says
+// why not), chooses the launch configuration once (fwd_launch_config), fills the kernel parameters for it and
+// launches the compiled kernel. The backward's counterpart is bwd/bwd_api.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cmath>
 #include <string>
 
 #include "api/backends.h"
@@ -21,7 +21,7 @@
 namespace flash4::sm90 {
 // Defined in fwd_launch.cuh and instantiated in the generated translation units.
 template <class Element, int kHeadDim, bool kMasked>
-void launch_forward(const FwdParams& params, cudaStream_t stream);
+void launch_forward(const FwdParams& params, const FwdLaunchConfig& launch, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -100,14 +100,13 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
   return {true, ""};
 }
 
-sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p) {
-  const sm90::FwdTileConfig cfg = sm90::fwd_tile_config_for(static_cast<int>(p.head_dim), p.has_mask(),
-                                                            static_cast<int>(p.seqlen_q));
-  return make_fwd_params(args, p, cfg.block_m, cfg.block_n);
+sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p) {
+  return sm90::fwd_launch_config(static_cast<int>(p.head_dim), p.has_mask(), static_cast<int>(p.seqlen_q));
 }
 
-sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, int block_m, int block_n) {
+sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile) {
   using namespace flash4::sm90;
+  const int block_m = tile.block_m, block_n = tile.block_n;
 
   FwdParams params{};
   const auto& q = args.q;
@@ -127,24 +126,14 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, int b
     params.lse_stride_h = args.lse.stride[1];
   }
   params.batch = static_cast<int>(p.batch);
-  params.seqlen_q = static_cast<int>(p.seqlen_q);
-  params.seqlen_k = static_cast<int>(p.seqlen_k);
   params.heads = static_cast<int>(p.heads);
   params.group = static_cast<int>(p.group());
   params.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
-  params.window_left = static_cast<int>(p.window_left);
-  params.window_right = static_cast<int>(p.window_right);
-  constexpr float kLog2e = 1.4426950408889634f;
-  if (p.softcap > 0.0f) {
-    params.softcap = p.softcap;
-    params.softcap_pre_scale = p.softmax_scale / p.softcap;
-    params.scale_log2 = kLog2e;
-  } else {
-    params.scale_log2 = p.softmax_scale * kLog2e;
-  }
+  params.seq = p.layout();
+  params.mask = p.mask();
+  params.score = p.score_transform();
   params.conditional_rescale = args.tuning.conditional_rescale;
   params.exp2_poly = args.tuning.exp2 != Exp2Mode::kExact;
-
   return params;
 }
 
@@ -155,10 +144,11 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const auto& q = args.q;
   auto s = static_cast<cudaStream_t>(stream);
   if (p.seqlen_k == 0) return launch_forward_no_keys(args, s);
-  const FwdParams params = make_fwd_params(args, p);
+  const FwdLaunchConfig launch = choose_fwd_launch(p);
+  const FwdParams params = make_fwd_params(args, p, launch.tile);
 #define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
   if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
-    return launch_forward<T, D, M>(params, s);
+    return launch_forward<T, D, M>(params, launch, s);
   FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
 #undef FLASH4_LAUNCH_FWD
   throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");

@@ -1,0 +1,233 @@
+// The forward's consumer mainloop: one warpgroup's 64 query rows of a tile, built from named steps.
+//
+//   first S     S = Q K(first)^T alone (nothing to overlap with yet), its softmax, P into a fragment buffer.
+//   overlap     S(n) = Q K(n)^T issued together with O += P(pending) V; the softmax of S(n) runs while that P V
+//               is on the tensor cores (FA3's intra-warpgroup overlap); then the (rare) rescale of O.
+//   last P V    O += P(last) V alone.
+// Two consumers use them: `consume` below runs one tile (first S, overlap steps, last P V, epilogue);
+// FwdStreamMainloop (fwd_mainloop_stream.cuh; kCrossTile, d = 128) runs a warpgroup's tiles as one stream, where the next tile's first S is itself an overlap
+// step with this tile's last P V (the next Q already waits in the other Q buffer), so a tile boundary leaves the
+// tensor cores no gap. With two P buffers (kDoubleP) P(n) is converted while P(pending) V still runs; which
+// buffer is pending alternates in code (two instantiations of the step), never through a flag inside the step.
+#pragma once
+
+#include <cstdint>
+
+#include "hw/sm90/mbarrier.cuh"
+#include "hw/sm90/named_barrier.cuh"
+#include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/wgmma.cuh"
+#include "kernels/sm90/fwd/fwd_epilogue.cuh"
+#include "kernels/sm90/fwd/fwd_mma.cuh"
+#include "kernels/sm90/fwd/fwd_params.h"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
+
+namespace flash4::sm90 {
+
+template <class Traits>
+struct FwdMainloop {
+  using SharedStorage = typename Traits::SharedStorage;
+  using Softmax = typename Traits::Softmax;
+  using TileKeys = typename Traits::TileKeys;
+  using Mma = FwdMma<Traits>;
+  using Epilogue = FwdEpilogue<Traits>;
+  using PFrag = typename Mma::PFrag;
+  static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kConsumers = Traits::kConsumers;
+  static constexpr int kWgRows = Traits::kWgRows;
+  static constexpr bool kMasked = Traits::kMasked, kDoubleP = Traits::kDoubleP;
+  using Ring = PipelineState<kStages>;
+
+  // Each consumer warp releases a stage once its own reads are done (wgmma waits are warp-synchronous).
+  static __device__ __forceinline__ void release(uint64_t* empty, int lane) {
+    __syncwarp();
+    if (lane == 0) mbarrier::arrive(empty);
+  }
+
+  // Ping-pong: turns to issue matmuls go round the consumers in order 0, 1, .., kConsumers - 1, 0, ...; the last
+  // warpgroup does not hand over after its final round, so arrivals stay balanced. No-ops without ping-pong.
+  struct Turns {
+    uint32_t mine, next;
+    bool last_wg;
+    int rounds_left;
+    __device__ __forceinline__ Turns(int wg, int rounds)
+        : mine(barrier_id(NamedBarrier::kPingPongTurnWg0, wg)),
+          next(barrier_id(NamedBarrier::kPingPongTurnWg0, (wg + 1) % kConsumers)),
+          last_wg(wg == kConsumers - 1),
+          rounds_left(rounds) {
+      if constexpr (Traits::kPingPong) {
+        if (last_wg && rounds > 0) named_barrier_arrive(next, 2 * 128);  // warpgroup 0 goes first
+      }
+    }
+    __device__ __forceinline__ void begin() {
+      if constexpr (Traits::kPingPong) named_barrier_sync(mine, 2 * 128);
+    }
+    __device__ __forceinline__ void end() {
+      if constexpr (Traits::kPingPong) {
+        --rounds_left;
+        if (!last_wg || rounds_left > 0) named_barrier_arrive(next, 2 * 128);
+      }
+    }
+  };
+  struct NoTurns {
+    __device__ __forceinline__ void begin() {}
+    __device__ __forceinline__ void end() {}
+  };
+
+  // First S: S(n) = Q K(n)^T with nothing else in flight; issue, wait, hand K's stage (and after the tile's last
+  // S, Q) back.
+  template <class TurnsT>
+  static __device__ __forceinline__ void first_s(SharedStorage& s, int wg, int qb, const Ring& st, bool last_s,
+                                                 float (&acc_s)[kBlockN / 2], TurnsT& turns, int lane) {
+    mbarrier::wait(&s.k_full[st.stage], st.phase);
+    turns.begin();
+    wgmma::fence();
+    Mma::issue_qk(s, wg, qb, st.stage, acc_s);
+    wgmma::commit_group();
+    turns.end();
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(acc_s);
+    release(&s.k_empty[st.stage], lane);
+    if (last_s) release(&s.q_empty[qb], lane);
+  }
+
+  // Overlap step: S(n) = Q(qb) K(st)^T issued with O += pending V(st_pv); softmax_tile() turns S(n) into P while
+  // that P V runs and returns whether O must be rescaled (by `factor`); P(n) into `next`. kSameTile = false when
+  // S(n) is the next tile's first: O still holds this tile's rows and is not rescaled.
+  template <bool kSameTile, class SoftmaxTile, class TurnsT>
+  static __device__ __forceinline__ void overlap_step(SharedStorage& s, int wg, int qb, const Ring& st,
+                                                      const Ring& st_pv, bool last_s, const PFrag& pending,
+                                                      PFrag& next, float (&acc_s)[kBlockN / 2],
+                                                      float (&acc_o)[kHeadDim / 2], const float (&factor)[2],
+                                                      SoftmaxTile&& softmax_tile, TurnsT& turns, int lane) {
+    mbarrier::wait(&s.k_full[st.stage], st.phase);
+    mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+    turns.begin();
+    wgmma::fence();
+    Mma::issue_qk(s, wg, qb, st.stage, acc_s);
+    wgmma::commit_group();
+    Mma::issue_pv(s, st_pv.stage, pending, acc_o);
+    wgmma::commit_group();
+    turns.end();
+    wgmma::wait_group<1>();  // S(n) ready; the pending P V may still run
+    wgmma::fence_operand(acc_s);
+    release(&s.k_empty[st.stage], lane);
+    if (last_s) release(&s.q_empty[qb], lane);
+    const bool rescaled = softmax_tile();
+    if constexpr (kDoubleP) Mma::convert_p(acc_s, next);
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(acc_o);
+    release(&s.v_empty[st_pv.stage], lane);
+    if (kSameTile && rescaled) Mma::rescale_o(acc_o, factor);
+    if constexpr (!kDoubleP) Mma::convert_p(acc_s, next);
+  }
+
+  // Last P V: O += P V(st_pv) alone.
+  template <class TurnsT>
+  static __device__ __forceinline__ void last_pv(SharedStorage& s, const Ring& st_pv, const PFrag& pending,
+                                                 float (&acc_o)[kHeadDim / 2], TurnsT& turns, int lane) {
+    mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
+    turns.begin();
+    wgmma::fence();
+    Mma::issue_pv(s, st_pv.stage, pending, acc_o);
+    wgmma::commit_group();
+    turns.end();
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(acc_o);
+    release(&s.v_empty[st_pv.stage], lane);
+  }
+
+  // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
+  static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
+                                                      bool needs_mask, int key0, const int (&lo)[2],
+                                                      const int (&hi)[2], float (&factor)[2], int lane) {
+    if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
+    if (needs_mask) Softmax::apply_mask(acc_s, key0, lo, hi, lane);
+    return softmax.template step<Traits::kPolyPer8>(acc_s, p.score.log2_scale, p.conditional_rescale, p.exp2_poly,
+                                                    factor);
+  }
+
+  // The key window [lo, hi] of the thread's two rows (row0, row0 + 8).
+  static __device__ __forceinline__ void row_windows(const detail::SequenceMask& m, int row0, int (&lo)[2],
+                                                     int (&hi)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const detail::IndexRange kr = m.keys_of_row(row0 + 8 * r);
+      lo[r] = static_cast<int>(kr.lo);
+      hi[r] = static_cast<int>(kr.hi);
+    }
+  }
+
+  // One tile of this warpgroup's 64 rows, once its Q has arrived in Q buffer `qb`; `st` (K/V ring position)
+  // carries over from tile to tile.
+  static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile, int qb,
+                                                 Ring& st) {
+    const detail::SequenceMask mask = Traits::sequence_mask(p, tile.batch);
+    const TileKeys keys = Traits::tile_keys(mask, tile.m_block);
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+    const int row0 = tile.m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;  // rows row0 and row0 + 8
+    // Per-row key windows for the tiles that need masking. The mask ranges are per CTA, not per warpgroup: control
+    // values that differ between warpgroups made these kernels spill.
+    int lo[2], hi[2];
+    row_windows(mask, row0, lo, hi);
+
+    const int num_tiles = keys.count();
+    Turns turns(wg, Traits::kIntraWgOverlap ? num_tiles + 1 : num_tiles);  // matmul issue rounds
+    Softmax softmax;
+    float acc_o[kHeadDim / 2];
+    Mma::zero_o(acc_o);
+    float acc_s[kBlockN / 2];
+    uint32_t p_frag[kBlockN / 16][4];
+    float factor[2];
+    auto softmax_of = [&](int n) {
+      return softmax_tile(p, softmax, acc_s, keys.needs_mask(n), n * kBlockN, lo, hi, factor, lane);
+    };
+
+    if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all
+    if (num_tiles > 0) {
+      if constexpr (Traits::kIntraWgOverlap) {
+        int n = keys.n_max;
+        first_s(s, wg, qb, st, n == keys.n_min, acc_s, turns, lane);
+        softmax_of(n);  // first tile: O is zero, nothing to rescale
+        Mma::convert_p(acc_s, p_frag);
+        Ring st_pv = st;  // stage whose V the pending P multiplies
+        st.advance();
+        auto step = [&](const PFrag& pending, PFrag& next, int n) {
+          overlap_step<true>(s, wg, qb, st, st_pv, n == keys.n_min, pending, next, acc_s, acc_o, factor,
+                             [&] { return softmax_of(n); }, turns, lane);
+          st_pv = st;
+          st.advance();
+        };
+        if constexpr (kDoubleP) {
+          uint32_t p_frag2[kBlockN / 16][4];
+          bool in_second = false;  // the pending P is in p_frag2
+          for (--n; n >= keys.n_min; --n) {
+            if (in_second) step(p_frag2, p_frag, n);
+            else step(p_frag, p_frag2, n);
+            in_second = !in_second;
+          }
+          if (in_second) last_pv(s, st_pv, p_frag2, acc_o, turns, lane);
+          else last_pv(s, st_pv, p_frag, acc_o, turns, lane);
+        } else {
+          for (--n; n >= keys.n_min; --n) step(p_frag, p_frag, n);
+          last_pv(s, st_pv, p_frag, acc_o, turns, lane);
+        }
+      } else {
+        NoTurns no_turns;
+        for (int n = keys.n_max; n >= keys.n_min; --n) {
+          first_s(s, wg, qb, st, n == keys.n_min, acc_s, turns, lane);
+          if (softmax_of(n)) Mma::rescale_o(acc_o, factor);
+          Mma::convert_p(acc_s, p_frag);
+          last_pv(s, st, p_frag, acc_o, no_turns, lane);
+          st.advance();
+        }
+      }
+    }
+    float inv[2], lse[2];
+    Epilogue::finish_rows(p, softmax, inv, lse);
+    const int seqlen_q = static_cast<int>(Traits::sequence_mask(p, tile.batch).seqlen_q);  // recomputed: no live mask
+    Epilogue::store_rows(p, tile.head, tile.batch, seqlen_q, acc_o, inv, lse, row0, lane);
+  }
+};
+
+}  // namespace flash4::sm90

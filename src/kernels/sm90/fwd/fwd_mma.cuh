@@ -1,0 +1,82 @@
+// The forward's matmuls on one consumer warpgroup's 64 query rows, and the register-only conversions between
+// them: S = Q K^T (both operands in shared memory), O += P V (P from registers), P to 16-bit A fragments, and
+// the conditional rescale of O. Each issue is asynchronous; the mainloop commits and waits.
+#pragma once
+
+#include <cstdint>
+
+#include "hw/sm90/wgmma.cuh"
+#include "kernels/sm90/pack.cuh"
+
+namespace flash4::sm90 {
+
+template <class Traits>
+struct FwdMma {
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static constexpr int kWgRows = Traits::kWgRows;
+  using PFrag = uint32_t[kBlockN / 16][4];  // P as wgmma A fragments, registers, one row of 4 per k-step
+
+  // S (64 x kBlockN, registers) = this warpgroup's Q rows (buffer qb) x K(stage)^T.
+  static __device__ __forceinline__ void issue_qk(SharedStorage& s, int wg, int qb, int stage,
+                                                  float (&acc_s)[kBlockN / 2]) {
+    if constexpr (Traits::kKStepsFromBase) {
+      // One descriptor per operand, each k-step an offset from it (a 64-column chunk is rows * 128 bytes on, a
+      // k-step of 16 columns 32 bytes).
+      const uint64_t q_base = wgmma::make_desc_sw128(&s.q[qb][0][wg * kWgRows][0], 16, 1024);
+      const uint64_t k_base = wgmma::make_desc_sw128(&s.k[stage][0][0][0], 16, 1024);
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t step = (ks % 4) * 32;
+        wgmma::mma_ss<kBlockN, 0, Element>(acc_s, wgmma::desc_advance_lo(q_base, (ks / 4) * kBlockM * 128 + step),
+                                           wgmma::desc_advance_lo(k_base, (ks / 4) * kBlockN * 128 + step), ks > 0);
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint64_t desc_q = wgmma::make_desc_sw128(&s.q[qb][ks / 4][wg * kWgRows][(ks % 4) * 16], 16, 1024);
+        const uint64_t desc_k = wgmma::make_desc_sw128(&s.k[stage][ks / 4][0][(ks % 4) * 16], 16, 1024);
+        wgmma::mma_ss<kBlockN, 0, Element>(acc_s, desc_q, desc_k, ks > 0);
+      }
+    }
+  }
+
+  // O (64 x kHeadDim, registers) += P (64 x kBlockN, registers) x V(stage) (kBlockN x kHeadDim, MN-major).
+  static __device__ __forceinline__ void issue_pv(SharedStorage& s, int stage, const PFrag& p_frag,
+                                                  float (&acc_o)[kHeadDim / 2]) {
+    if constexpr (Traits::kKStepsFromBase) {
+      const uint64_t v_base = wgmma::make_desc_sw128(&s.v[stage][0][0][0], kBlockN * 128, 1024);
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks)  // a k-step is 16 rows of 128 bytes
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], wgmma::desc_advance_lo(v_base, ks * 16 * 128), true);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[stage][0][ks * 16][0], kBlockN * 128, 1024);
+        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], desc_v, true);
+      }
+    }
+  }
+
+  // P in fp32 accumulator layout -> 16-bit A fragments: k-step j takes accumulator elements 8j .. 8j+7 in order
+  // (the f32 accumulator layout of wgmma equals the A-fragment layout for 16-bit inputs).
+  static __device__ __forceinline__ void convert_p(const float (&acc_s)[kBlockN / 2], PFrag& p_frag) {
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p_frag[j][r] = pack2<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
+  }
+
+  static __device__ __forceinline__ void rescale_o(float (&acc_o)[kHeadDim / 2], const float (&factor)[2]) {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
+  }
+
+  static __device__ __forceinline__ void zero_o(float (&acc_o)[kHeadDim / 2]) {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+  }
+};
+
+}  // namespace flash4::sm90

@@ -1,0 +1,84 @@
+// The forward's producer: one thread of warpgroup 0 issues every TMA load of the CTA.
+//
+// Per tile: its Q into a Q buffer (after the consumers released that buffer: q_empty), then its K/V tiles, last
+// to first, into a ring of `stages` slots (k_full / v_full on arrival; k_empty as soon as S = Q K^T is done and
+// v_empty after P V, so the next K load starts a whole softmax earlier). The ring runs on across tiles.
+// Tiles are handed out dynamically: a CTA starts with tile blockIdx.x and claims the next unclaimed one from a
+// global counter while this one's K/V stream, then publishes it to the consumers with its Q load (tile_id; -1 =
+// no more tiles). With two Q buffers that load is issued right after this tile's first K, V loads, so the
+// consumers find the next Q in place when they finish this tile; with one, after this tile's last S.
+#pragma once
+
+#include "hw/sm90/mbarrier.cuh"
+#include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/tma.cuh"
+#include "kernels/sm90/fwd/fwd_params.h"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
+
+namespace flash4::sm90 {
+
+template <class Traits>
+struct FwdProducer {
+  using SharedStorage = typename Traits::SharedStorage;
+  static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kChunks = Traits::kChunks;
+  static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+
+  static __device__ __forceinline__ void run(const FwdParams& p, SharedStorage& s,
+                                             const FwdTileScheduler<Traits::kMasked>& scheduler) {
+    tma::prefetch_descriptor(&p.tma_q);
+    tma::prefetch_descriptor(&p.tma_k);
+    tma::prefetch_descriptor(&p.tma_v);
+    PipelineState<kStages> st;
+    PipelineState<kQBuffers> qst;
+    // Tile t (or -1: no more tiles) and its Q into the next Q buffer, once the consumers are done with its
+    // previous tile.
+    auto load_q = [&](int t) {
+      mbarrier::wait(&s.q_empty[qst.stage], qst.phase ^ 1u);  // a fresh barrier counts as released
+      if (t >= scheduler.total()) {
+        atomicExch(&s.tile_id[qst.stage], -1);
+        mbarrier::arrive(&s.q_full[qst.stage]);  // completes the phase without data: consumers see -1 and stop
+      } else {
+        atomicExch(&s.tile_id[qst.stage], t);
+        const FwdTile tile = scheduler.tile(t);
+        mbarrier::arrive_expect_tx(&s.q_full[qst.stage], Traits::kQBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch,
+                       &s.q_full[qst.stage]);
+      }
+      qst.advance();
+    };
+    int t = static_cast<int>(blockIdx.x);
+    if constexpr (kQBuffers == 2) load_q(t);  // then each next one after the current tile's first K, V
+    for (;;) {
+      if constexpr (kQBuffers == 1) load_q(t);  // after the previous tile's last S
+      if (t >= scheduler.total()) break;
+      const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+      const FwdTile tile = scheduler.tile(t);
+      bool next_published = false;
+      const typename Traits::TileKeys keys = Traits::tile_keys(Traits::sequence_mask(p, tile.batch), tile.m_block);
+      const int head_kv = tile.head / p.group;
+      for (int n = keys.n_max; n >= keys.n_min; --n) {
+        mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
+        mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKVTileBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, n * kBlockN, head_kv, tile.batch, &s.k_full[st.stage]);
+        mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
+        mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kKVTileBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, tile.batch, &s.v_full[st.stage]);
+        st.advance();
+        if (kQBuffers == 2 && !next_published) {
+          load_q(next);  // the other buffer: released by the previous tile's last S
+          next_published = true;
+        }
+      }
+      if (kQBuffers == 2 && !next_published) load_q(next);
+      t = next;
+    }
+  }
+};
+
+}  // namespace flash4::sm90

@@ -1,0 +1,115 @@
+// Compile-time shape of one forward kernel: the tile configuration it was built for, what follows from it
+// (consumers, register split, Q buffers), its shared memory, and the per-tile key range from the mask policy.
+// The producer, the mainloop and the epilogue all read these; none recomputes them.
+#pragma once
+
+#include <cstdint>
+
+#include "common/mask.h"
+#include "kernels/sm90/fwd/fwd_config.h"
+#include "kernels/sm90/fwd/fwd_params.h"
+#include "kernels/sm90/fwd/fwd_softmax.cuh"
+
+namespace flash4::sm90 {
+
+// A compiled configuration is a type whose `tile` names its FwdTileConfig: the table's (below), or an edited one
+// in the ablation benchmark and tests.
+template <int kHeadDim, bool kMasked, bool kShortTile = false>
+struct FwdTableConfig {
+  static constexpr FwdTileConfig tile =
+      kShortTile ? fwd_short_tile_config(kHeadDim) : fwd_tile_config(kHeadDim, kMasked);
+};
+
+template <class Element_, int kHeadDim_, bool kMasked_, class Config>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kMasked = kMasked_;
+  static constexpr FwdTileConfig kCfg = Config::tile;
+  static constexpr int kBlockM = kCfg.block_m;
+  static constexpr int kBlockN = kCfg.block_n;
+  static constexpr int kStages = kCfg.stages;
+  static constexpr int kPolyPer8 = kCfg.poly_exp2_per_8;
+  static constexpr bool kIntraWgOverlap = kCfg.intra_wg_overlap;
+  static constexpr bool kPingPong = kCfg.pingpong;
+  static constexpr bool kDoubleP = kCfg.double_p && kCfg.intra_wg_overlap;
+  // Cross-tile overlap (FwdMainloop::consume_stream): the next tile's first S issues with this tile's last P V,
+  // so the next tile's Q loads into a second Q buffer during this tile.
+  static constexpr bool kCrossTile = fwd_cross_tile(kCfg, kHeadDim);
+  static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);
+  static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
+  static constexpr int kWgRows = 64;             // query rows per consumer warpgroup
+  static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
+  static constexpr int kThreads = fwd_threads(kCfg);
+  // wgmma k-step descriptors as 32-bit offsets from one base descriptor per operand, instead of one built per
+  // k-step: it shortens the path to the next issue where measured to pay (three consumers, d = 128).
+  static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 128;
+  static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
+  static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
+
+  // Registers per thread after setmaxnreg (64K per SM). Two consumers: 232 each, 40 for the producer's tile
+  // bookkeeping, unless the accumulators are large (d = 256: O alone is 128 registers; block_n > 128): then 240
+  // and 24. Three consumers (block_m 192): 160 each, the producer 32.
+  static constexpr bool kLargeAccumulators = kHeadDim > 128 || kBlockN > 128;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kLargeAccumulators ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kLargeAccumulators ? 240 : 232;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536);
+
+  using Softmax = FwdSoftmax<kBlockN>;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
+
+  struct SharedStorage {
+    alignas(1024) Element q[kQBuffers][kChunks][kBlockM][64];  // (block_m, d) smem, 128B swizzle, K-major A of Q K^T
+    alignas(1024) Element k[kStages][kChunks][kBlockN][64];    // (block_n, d) smem, 128B swizzle, K-major B of Q K^T
+    alignas(1024) Element v[kStages][kChunks][kBlockN][64];    // (block_n, d) smem, 128B swizzle, MN-major B of P V
+    uint64_t q_full[kQBuffers];
+    uint64_t q_empty[kQBuffers];
+    int tile_id[kQBuffers];  // tile whose Q the buffer's current q_full phase delivers; -1 = no more tiles
+    uint64_t k_full[kStages];
+    uint64_t v_full[kStages];
+    uint64_t k_empty[kStages];
+    uint64_t v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + the base's alignment
+  static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
+
+  // What every role needs of a tile's query rows, from the sequence and mask policy: the K/V tiles it visits
+  // [n_min, n_max] (tiles entirely outside every row's window are skipped) and the keys that every row of the CTA
+  // sees (K/V tiles inside them need no element mask). The producer and the consumers compute the same values.
+  struct TileKeys {
+    int n_min, n_max;
+    int unmasked_lo, unmasked_hi;
+    __device__ __forceinline__ int count() const { return n_max >= n_min ? n_max - n_min + 1 : 0; }
+    __device__ __forceinline__ bool needs_mask(int n) const {
+      return n * kBlockN < unmasked_lo || n * kBlockN + kBlockN - 1 > unmasked_hi;
+    }
+  };
+  static __device__ __forceinline__ detail::SequenceMask sequence_mask(const FwdParams& p, int batch) {
+    const detail::SequenceInfo si = p.seq.info(batch);
+    return detail::SequenceMask::make(p.mask, si.seqlen_q, si.seqlen_k);
+  }
+  static __device__ __forceinline__ TileKeys tile_keys(const detail::SequenceMask& m, int m_block) {
+    const int m_first = m_block * kBlockM;
+    const int m_last = min(m_first + kBlockM, static_cast<int>(m.seqlen_q)) - 1;
+    const int seqlen_k = static_cast<int>(m.seqlen_k);
+    TileKeys t{0, (seqlen_k - 1) / kBlockN, 0, seqlen_k - 1};
+    if constexpr (kMasked) {
+      const detail::IndexRange any = m.keys_of_any_row(m_first, m_last);
+      const detail::IndexRange every = m.keys_of_every_row(m_first, m_last);
+      if (any.hi < any.lo || any.hi < 0) {
+        t.n_min = 0;
+        t.n_max = -1;
+      } else {
+        t.n_min = static_cast<int>(any.lo) / kBlockN;
+        t.n_max = static_cast<int>(any.hi) / kBlockN;
+      }
+      t.unmasked_lo = static_cast<int>(every.lo);
+      t.unmasked_hi = static_cast<int>(every.hi);
+    }
+    return t;
+  }
+};
+
+}  // namespace flash4::sm90
