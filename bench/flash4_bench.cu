@@ -120,7 +120,7 @@ class Inputs {
 // Warm-up before each timing, in ms of wall time of the call being timed (--warm-ms; at least 3 calls): the H200
 // runs these kernels at its 700 W power cap with the SM clock between ~1650 and 1980 MHz, so a call timed right
 // after a lighter one starts from a higher clock (identical kernels measured 574 vs 630 TFLOP/s by their place in
-// a round, docs/performance.md "Ablation").
+// a round, docs/performance.md "Same SASS, different speed: the power cap").
 double g_warm_ms = 150.0;
 
 // Median per-call GPU time (ms) of `iters` calls of run(set), after warm-up. Calls are issued back to back (the

@@ -47,7 +47,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
-    # Steady state before timing (see median_ms); 0 = the old 3-call warm-up.
+    # Steady state before timing (see median_ms); 0 = a 3-call warm-up.
     ap.add_argument("--warm-ms", type=float, default=150.0)
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--dims", default="64,128,256")

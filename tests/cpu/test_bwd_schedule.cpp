@@ -139,10 +139,8 @@ TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
   check_deterministic_waits<WgmmaTileHd256>("d256");
 }
 
-// The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1; bench/results/
-// 2026-11-29-h200-bwd-persistent-rejected.json: persistent won at d = 128 up to 1k and was within noise at the
-// boundary rows here; ...-bwd-persistent-bound.json: at d = 64 it wins at every length since 6409e43), and for
-// short windows and GQA.
+// The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1; docs/performance.md,
+// 4.2), and for short windows and GQA.
 TEST(BwdSchedule, PersistentCtasWhereItemsAreShort) {
   const Mask& none = kMasks[0];
   const Mask& causal = kMasks[1];

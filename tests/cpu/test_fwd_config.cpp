@@ -37,8 +37,7 @@ TEST(FwdConfig, EveryTableEntryFitsTheHardware) {
   }
 }
 
-// The cross-tile overlap (two Q buffers) runs where it was measured to pay, d = 128 (bench/results/
-// 2026-11-29-h200-fwd-cross-tile.json); a second Q buffer alone cost d = 64 3-7 %, and d = 256's does not fit.
+// The cross-tile overlap (two Q buffers) runs only at d = 128, where it pays (docs/performance.md, 3.4 and 3.12).
 TEST(FwdConfig, CrossTileOverlapAtHeadDim128Only) {
   for (bool masked : {false, true}) {
     EXPECT_TRUE(fwd_cross_tile(fwd_tile_config(128, masked), 128));
