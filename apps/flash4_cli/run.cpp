@@ -57,11 +57,19 @@ struct Tensor {
   }
 };
 
+// Chunked so the fp64 staging buffer stays small next to the tensors of a large run.
 void fill_normal(Tensor& t, std::mt19937_64& rng) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
   std::normal_distribution<float> normal;
-  std::vector<double> values(static_cast<size_t>(t.view.numel()));
-  for (double& x : values) x = normal(rng);
-  flash4::reference::from_double(values, t.host_view());  // rounds to the dtype, nearest even
+  const int64_t n = t.view.numel(), element = flash4::dtype_size(t.view.dtype);
+  std::vector<double> values;
+  for (int64_t start = 0; start < n; start += kChunk) {
+    values.resize(static_cast<size_t>(std::min(kChunk, n - start)));
+    for (double& x : values) x = normal(rng);
+    const flash4::TensorView chunk = flash4::make_view(t.host.data() + start * element, t.view.dtype, Device::cpu(),
+                                                       1, 1, 1, static_cast<int64_t>(values.size()));
+    flash4::reference::from_double(values, chunk);  // rounds to the dtype, nearest even
+  }
   t.upload();
 }
 
