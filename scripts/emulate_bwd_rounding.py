@@ -7,7 +7,7 @@ dS = P (dP - D) with P read back from its 16-bit copy, while D = rowsum(dO * O) 
 Per seed it builds one attention problem (dtype-valued N(0, 1) inputs), computes dQ three ways and reports
 max |dq - ref| of the kernel emulation against the rule's 2 * max |naive - ref| + atol:
   ref    fp64, exact softmax gradient;
-  naive  tests/common/naive_baseline.h: P, dP and dS rounded to the dtype, D = rowsum(P dP) of those values;
+  naive  src/check/naive_attention.h: P, dP and dS rounded to the dtype, D = rowsum(P dP) of those values;
   kernel fp32 P, P rounded to the dtype for dV, fp32 dP, D from the dtype-rounded O, dS from the 16-bit P
          (--p-fp32: from the fp32 P; --d-exact: D from the exact P and dP), dS rounded to the dtype, fp32 dQ.
 

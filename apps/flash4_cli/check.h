@@ -1,11 +1,10 @@
-// `flash4 run --check`: compares a run's results with the fp64 reference and judges them against a naive
-// same-dtype attention (naive_attention.h). Prints the report; returns true on PASS.
+// `flash4 run --check`: compares a run's results with the fp64 reference and judges them with the tolerance rule
+// of src/check (the one the tests use). Prints the report; returns true on PASS.
 #pragma once
 
 #include <vector>
 
-#include "common/problem.h"
-#include "flash4/types.h"
+#include "flash4/api.h"
 
 namespace flash4_cli {
 
@@ -15,7 +14,8 @@ struct HostResults {
   std::vector<double> dout, dq, dk, dv;   // backward only
 };
 
-bool check_forward(const flash4::detail::Problem& p, flash4::DType dtype, const HostResults& r);
-bool check_backward(const flash4::detail::Problem& p, flash4::DType dtype, const HostResults& r);
+// `args` are the run's (valid) arguments: they give the problem, the dtype and the exp2 mode.
+bool check_forward(const flash4::ForwardArgs& args, const HostResults& r);
+bool check_backward(const flash4::BackwardArgs& args, const HostResults& r);
 
 }  // namespace flash4_cli

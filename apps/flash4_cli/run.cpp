@@ -6,16 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "api/backends.h"
 #include "check.h"
-#include "common/float_convert.h"
 #include "device_memory.h"
+#include "flash4/api.h"
 #include "reference/reference.h"
 
 namespace flash4_cli {
@@ -47,41 +45,40 @@ struct Tensor {
   void upload() {
     if (on_device()) copy_to_device(device.data(), host.data(), host.size());
   }
-  std::vector<double> download() {
-    if (on_device()) copy_to_host(host.data(), device.data(), host.size());
+  TensorView host_view() {
     TensorView h = view;
     h.data = host.data();
     h.device = Device::cpu();
-    return flash4::reference::to_double(h);
+    return h;
+  }
+  std::vector<double> download() {
+    if (on_device()) copy_to_host(host.data(), device.data(), host.size());
+    return flash4::reference::to_double(host_view());
   }
 };
 
+// Chunked so the fp64 staging buffer stays small next to the tensors of a large run.
 void fill_normal(Tensor& t, std::mt19937_64& rng) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
   std::normal_distribution<float> normal;
-  const size_t n = t.host.size() / flash4::dtype_size(t.view.dtype);
-  for (size_t i = 0; i < n; ++i) {
-    const float x = normal(rng);
-    switch (t.view.dtype) {
-      case DType::kFloat32: std::memcpy(&t.host[4 * i], &x, 4); break;
-      case DType::kBFloat16: {
-        const uint16_t bits = flash4::float_to_bf16_bits(x);
-        std::memcpy(&t.host[2 * i], &bits, 2);
-        break;
-      }
-      case DType::kFloat16: {
-        const uint16_t bits = flash4::float_to_half_bits(x);
-        std::memcpy(&t.host[2 * i], &bits, 2);
-        break;
-      }
-    }
+  const int64_t n = t.view.numel(), element = flash4::dtype_size(t.view.dtype);
+  std::vector<double> values;
+  for (int64_t start = 0; start < n; start += kChunk) {
+    values.resize(static_cast<size_t>(std::min(kChunk, n - start)));
+    for (double& x : values) x = normal(rng);
+    const flash4::TensorView chunk = flash4::make_view(t.host.data() + start * element, t.view.dtype, Device::cpu(),
+                                                       1, 1, 1, static_cast<int64_t>(values.size()));
+    flash4::reference::from_double(values, chunk);  // rounds to the dtype, nearest even
   }
   t.upload();
 }
 
 // FLOPs as FlashAttention counts them (../shared/facts.md).
-double attention_flops(const flash4::detail::Problem& p, bool backward) {
-  double flops = 4.0 * p.batch * p.heads * p.seqlen_q * p.seqlen_k * p.head_dim;
-  if (p.causal && p.seqlen_q == p.seqlen_k) flops /= 2;
+double attention_flops(const flash4::ForwardArgs& a, bool backward) {
+  const int64_t batch = a.q.shape[0], seqlen_q = a.q.shape[1], heads = a.q.shape[2], head_dim = a.q.shape[3];
+  const int64_t seqlen_k = a.k.shape[1];
+  double flops = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim;
+  if (a.causal && seqlen_q == seqlen_k) flops /= 2;
   return backward ? 2.5 * flops : flops;
 }
 
@@ -163,9 +160,9 @@ int run_attention(const RunOptions& o) {
     bwd.softcap = o.softcap;
   }
 
-  // Validation errors surface here, before any input is generated.
-  const flash4::detail::Problem problem = flash4::detail::validate(fwd);
-  const flash4::Support support = o.backward ? flash4::can_implement(bwd) : flash4::can_implement(fwd);
+  // Validation errors surface here (can_implement throws on bad arguments), before any input is generated.
+  flash4::Support support = flash4::can_implement(fwd);  // the backward runs the forward for out and lse
+  if (support.ok && o.backward) support = flash4::can_implement(bwd);
   if (!support.ok) {
     std::fprintf(stderr, "flash4: not supported on %s: %s\n", flash4::device_name(device).c_str(),
                  support.reason.c_str());
@@ -197,7 +194,7 @@ int run_attention(const RunOptions& o) {
   if (progress && tty) std::fprintf(stderr, "\r\033[K");
 
   const double med = median(ms);
-  const double flops = attention_flops(problem, o.backward);
+  const double flops = attention_flops(fwd, o.backward);
   std::printf("time     median %.3f ms  (min %.3f, max %.3f; %d iters after 1 warm-up)\n", med,
               *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), o.iters);
   std::printf("speed    %.4g TFLOP/s  (%.4g GFLOP/s, %.4g GFLOP per run)\n", flops / med * 1e-9, flops / med * 1e-6,
@@ -217,9 +214,9 @@ int run_attention(const RunOptions& o) {
     r.dq = dq.download();
     r.dk = dk.download();
     r.dv = dv.download();
-    pass = check_backward(problem, o.dtype, r);
+    pass = check_backward(bwd, r);
   } else {
-    pass = check_forward(problem, o.dtype, r);
+    pass = check_forward(fwd, r);
   }
   std::printf("result   %s\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;

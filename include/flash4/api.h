@@ -5,7 +5,7 @@
 //   lse  (batch, heads, seqlen_q) fp32, natural log; -inf for a fully masked row (whose out is 0)
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
-// the score s = q.k * softmax_scale by c * tanh(s / c).
+// the score s = q.k * softmax_scale by c * tanh(s / c). C callers: flash4/c_api.h.
 #pragma once
 
 #include <string>
@@ -76,10 +76,3 @@ bool cuda_available(int device_index = 0);
 const char* version();
 
 }  // namespace flash4
-
-// C API: the same entry points returning a status; the message of the last error on this thread is kept.
-extern "C" {
-int flash4_forward(const flash4::ForwardArgs* args, void* stream);    // returns (int)flash4::Status
-int flash4_backward(const flash4::BackwardArgs* args, void* stream);
-const char* flash4_last_error();
-}

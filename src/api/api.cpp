@@ -1,4 +1,4 @@
-// The public entry points: validate, pick the backend from the tensors' device, run. Also the C API.
+// The public entry points: validate, pick the backend from the tensors' device, run.
 //
 // Degenerate shapes are settled here so backends only see real work: no output elements -> nothing to do;
 // forward with seqlen_k == 0 -> every row is fully masked (out = 0, lse = -inf); backward where no (query, key)
@@ -6,7 +6,6 @@
 // itself; CUDA tensors go to the CUDA backend, which must handle them (it owns device memory).
 #include <cstring>
 #include <limits>
-#include <new>
 #include <string>
 
 #include "api/backends.h"
@@ -54,27 +53,6 @@ bool is_cpu(const TensorView& t) { return t.device.kind == DeviceKind::kCpu; }
 Support unsupported_on_cuda(Support s, const char* entry_point) {
   if (!s.ok) throw Error(Status::kNotSupported, std::string(entry_point) + ": " + s.reason);
   return s;
-}
-
-// The C API keeps the last error message per thread.
-thread_local std::string g_last_error;
-
-template <typename Fn>
-int c_api_call(Fn fn) {
-  try {
-    fn();
-    return static_cast<int>(Status::kOk);
-  } catch (const Error& e) {
-    g_last_error = e.what();
-    return static_cast<int>(e.status());
-  } catch (const std::bad_alloc&) {
-    g_last_error = "flash4: out of host memory";
-  } catch (const std::exception& e) {
-    g_last_error = std::string("flash4: ") + e.what();
-  } catch (...) {
-    g_last_error = "flash4: unknown exception";
-  }
-  return static_cast<int>(Status::kInternal);
 }
 
 }  // namespace
@@ -132,23 +110,3 @@ bool cuda_available(int device_index) { return device_index >= 0 && detail::cuda
 const char* version() { return kVersion; }
 
 }  // namespace flash4
-
-extern "C" {
-
-int flash4_forward(const flash4::ForwardArgs* args, void* stream) {
-  return flash4::c_api_call([&] {
-    if (args == nullptr) throw flash4::Error(flash4::Status::kInvalidArgument, "flash4_forward: args is null");
-    flash4::forward(*args, stream);
-  });
-}
-
-int flash4_backward(const flash4::BackwardArgs* args, void* stream) {
-  return flash4::c_api_call([&] {
-    if (args == nullptr) throw flash4::Error(flash4::Status::kInvalidArgument, "flash4_backward: args is null");
-    flash4::backward(*args, stream);
-  });
-}
-
-const char* flash4_last_error() { return flash4::g_last_error.c_str(); }
-
-}  // extern "C"

@@ -2,9 +2,8 @@
 
 #include <sstream>
 
-#include "common/naive_baseline.h"
 #include "common/problem_builder.h"
-#include "common/tolerance.h"
+#include "common/tolerance_assertion.h"
 
 namespace flash4::test {
 namespace {
@@ -118,8 +117,8 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
   const std::vector<double> ref_out = out_rows(ref.out);
   // The polynomial exp2 is an approximation by design; allow its documented error on top of the rule.
   const bool poly = s.tuning.exp2 == Exp2Mode::kPolynomial;
-  const double out_extra = poly ? 2.0 * kExp2PolyRelativeError * max_abs(ref_out) : 0.0;
-  const double lse_extra = poly ? kExp2PolyRelativeError : 0.0;
+  const double out_extra = poly ? check::exp2_poly_out_allowance(ref_out) : 0.0;
+  const double lse_extra = poly ? check::exp2_poly_lse_allowance() : 0.0;
   auto out = within_tolerance("out", out_rows(t.out.to_double()), ref_out, out_rows(naive.out), s.dtype, out_extra);
   if (!out) return out << " [" << s.name() << "]";
   auto lse = within_tolerance("lse", lse_rows(t.lse.to_double()), lse_rows(ref.lse), lse_rows(naive.lse),

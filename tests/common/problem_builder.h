@@ -1,19 +1,17 @@
-// Building the normalized detail::Problem in tests, and picking / gathering sampled query rows.
+// The normalized detail::Problem in tests (check/problem_from_args.h), and picking / gathering sampled query rows.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "check/problem_from_args.h"
 #include "common/problem.h"
 #include "common/test_rng.h"
 #include "flash4/api.h"
 
 namespace flash4::test {
 
-// The Problem that validation produces for valid args (scale defaulted to 1/sqrt(d), causal folded into the
-// window's right bound), so backend tests can call detail::cpu_forward/backward without the API layer.
-detail::Problem make_problem(const ForwardArgs& args);
-detail::Problem make_problem(const BackwardArgs& args);
+using check::make_problem;
 
 // `count` distinct query rows of [0, seqlen_q), always including the first and last, sorted. All rows when
 // count >= seqlen_q.

@@ -1,11 +1,10 @@
-// The API layer: dispatch to the CPU backend, can_implement on devices this build cannot use, the C API and
-// the small helpers of the public types.
+// The API layer: dispatch to the CPU backend, can_implement on devices this build cannot use and the small
+// helpers of the public types. The C API: test_c_api.cpp and tests/c/test_c_api.c.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/problem.h"
@@ -140,55 +139,6 @@ TEST(Api, CanImplementThrowsOnInvalidInput) {
 }
 
 TEST(Api, NegativeDeviceIndexIsNotAvailable) { EXPECT_FALSE(cuda_available(-1)); }
-
-// ---- C API ----------------------------------------------------------------------------------------------------------
-
-TEST(CApi, ReturnsOkOnSuccess) {
-  SmallProblem s;
-  const ForwardArgs f = s.forward_args();
-  EXPECT_EQ(flash4_forward(&f, nullptr), static_cast<int>(Status::kOk));
-  const BackwardArgs b = s.backward_args();
-  EXPECT_EQ(flash4_backward(&b, nullptr), static_cast<int>(Status::kOk));
-}
-
-TEST(CApi, ReturnsStatusAndKeepsMessage) {
-  SmallProblem s;
-  ForwardArgs f = s.forward_args();
-  f.k.shape[3] = 80;
-  f.v.shape[3] = 80;
-  EXPECT_EQ(flash4_forward(&f, nullptr), static_cast<int>(Status::kInvalidArgument));
-  EXPECT_NE(std::string(flash4_last_error()).find("k.shape[3] (head_dim) = 80"), std::string::npos)
-      << flash4_last_error();
-
-  BackwardArgs b = s.backward_args();
-  b.softcap = -1.0f;
-  EXPECT_EQ(flash4_backward(&b, nullptr), static_cast<int>(Status::kInvalidArgument));
-  EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos) << flash4_last_error();
-
-  EXPECT_EQ(flash4_forward(nullptr, nullptr), static_cast<int>(Status::kInvalidArgument));
-  EXPECT_NE(std::string(flash4_last_error()).find("args is null"), std::string::npos);
-  EXPECT_EQ(flash4_backward(nullptr, nullptr), static_cast<int>(Status::kInvalidArgument));
-}
-
-TEST(CApi, ReportsNotSupported) {
-  if (cuda_available(0)) GTEST_SKIP() << "a usable CUDA device is present";
-  SmallProblem s;
-  ForwardArgs f = s.forward_args();
-  for (TensorView* t : {&f.q, &f.k, &f.v, &f.out, &f.lse}) t->device = Device::cuda(0);
-  EXPECT_EQ(flash4_forward(&f, nullptr), static_cast<int>(Status::kNotSupported));
-  EXPECT_NE(std::string(flash4_last_error()).find("flash4::forward"), std::string::npos);
-}
-
-TEST(CApi, LastErrorIsPerThread) {
-  SmallProblem s;
-  ForwardArgs f = s.forward_args();
-  f.softcap = -1.0f;
-  ASSERT_EQ(flash4_forward(&f, nullptr), static_cast<int>(Status::kInvalidArgument));
-  std::string other_thread_error = "unset";
-  std::thread([&] { other_thread_error = flash4_last_error(); }).join();
-  EXPECT_EQ(other_thread_error, "");
-  EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos);
-}
 
 // ---- helpers of the public types ----------------------------------------------------------------------------------
 

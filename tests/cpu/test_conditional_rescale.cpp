@@ -8,9 +8,8 @@
 
 #include "api/backends.h"
 #include "common/attention_case.h"
-#include "common/naive_baseline.h"
 #include "common/problem_builder.h"
-#include "common/tolerance.h"
+#include "common/tolerance_assertion.h"
 #include "cpu/online_softmax.h"
 #include "cpu/tile_config.h"
 

@@ -1,4 +1,4 @@
-// CPU forward vs the fp64 reference, with the tolerance rule (tests/common/tolerance.h), over shapes, masks,
+// CPU forward vs the fp64 reference, with the tolerance rule (src/check/tolerance.h), over shapes, masks,
 // softcap, GQA, head dims, dtypes, strides and both exp2 modes.
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// Hopper backward kernels vs the fp64 reference, with the tolerance rule of tests/common/tolerance.h. Inputs are
+// Hopper backward kernels vs the fp64 reference, with the tolerance rule of src/check/tolerance.h. Inputs are
 // fresh random values every run (seed printed on failure); out and LSE come from the fp64 reference forward
 // (rounded to the dtype / fp32) so the backward is tested on its own; dq, dk, dv are NaN-poisoned before each
 // launch (padding included, so writes outside the tensor or missing writes show up).
@@ -13,9 +13,8 @@
 #include <vector>
 
 #include "common/attention_case.h"
-#include "common/naive_baseline.h"
-#include "common/tolerance.h"
 #include "common/problem_builder.h"
+#include "common/tolerance_assertion.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
 

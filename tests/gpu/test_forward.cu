@@ -1,4 +1,4 @@
-// Hopper forward kernel vs the fp64 reference, with the tolerance rule of tests/common/tolerance.h. Inputs are
+// Hopper forward kernel vs the fp64 reference, with the tolerance rule of src/check/tolerance.h. Inputs are
 // fresh random values every run (seed printed on failure); out and LSE are NaN-poisoned before each launch.
 #include <gtest/gtest.h>
 

@@ -1,10 +1,13 @@
 // Uses only the installed public headers: a small causal forward on the CPU. With all-equal values every
-// output equals v's value and every LSE is log(number of visible keys) + the (constant) score.
+// output equals v's value and every LSE is log(number of visible keys) + the (constant) score. Then the same
+// kind of forward through the C API, from C (c_api_check.c).
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include <flash4/api.h>
+
+extern "C" int install_check_c_api(void);  // c_api_check.c
 
 int main() {
   constexpr int kSeq = 16, kHeads = 2, kDim = 64;
@@ -34,6 +37,8 @@ int main() {
       }
     }
   }
-  std::printf("install check: flash4 %s found with find_package, CPU forward correct\n", flash4::version());
+  if (install_check_c_api() != 0) return 1;
+  std::printf("install check: flash4 %s found with find_package, CPU forward correct (C++ and C APIs)\n",
+              flash4::version());
   return 0;
 }

@@ -1,6 +1,6 @@
 """Test-side attention math in numpy: the fp64 reference, the naive same-dtype baseline and the tolerance rule.
 
-The rule (FlashAttention 3's, as in tests/common/tolerance.h):  max|impl - ref| <= 2 * max|naive - ref| + atol,
+The rule (FlashAttention 3's, as in src/check/tolerance.h):  max|impl - ref| <= 2 * max|naive - ref| + atol,
 ref = fp64 attention on the same (dtype-valued) inputs, naive = a plain unfused implementation in the dtype
 (every materialized intermediate rounded to it), atol = a per-dtype fraction of max|ref|.
 """
@@ -92,7 +92,7 @@ def check_tolerance(what, impl, ref, naive, dtype_name, extra_atol=0.0):
     base = max_abs_error(naive, ref)
     ref = np.asarray(ref, dtype=np.float64)
     finite = ref[np.isfinite(ref)]
-    # Floored at 1, as in the C++ tests (tests/common/tolerance.h): a gradient that is exactly 0 in exact
+    # Floored at 1, as in the C++ tests (src/check/tolerance.h): a gradient that is exactly 0 in exact
     # arithmetic (one key: dS = dP - D = 0) still carries fp32 rounding.
     scale = max(float(np.abs(finite).max()) if finite.size else 0.0, 1.0)
     atol = ATOL_RELATIVE[dtype_name] * scale + extra_atol

@@ -6,32 +6,23 @@
 // the dtype first. Forward: S = Q K^T and S * scale rounded to fp32 (not to the dtype as in FA3's rule: every
 // implementation holds scores in an fp32 accumulator, and rounding them to bf16 would make the rule ~10x looser;
 // fp32 rounding still accounts for the score error that grows with |S|), P = softmax(S) rounded to the dtype,
-// O = P V rounded. LSE (fp32 in every API) is the
-// exact value rounded to fp32. Backward, as autograd of that forward: dP = dO V^T rounded, D = rowsum(P dP),
-// dS = P (dP - D) (* softcap derivative) rounded, dV = P^T dO, dQ = scale dS K, dK = scale dS^T Q, each rounded.
-// The error of this baseline against the fp64 reference is what "the same dtype, done plainly" costs; a fused
-// kernel with fp32 accumulation should stay within ~2x of it.
+// O = P V rounded. LSE (fp32 in every API) is the exact value rounded to fp32. Backward, as autograd of that
+// forward: dP = dO V^T rounded, D = rowsum(P dP), dS = P (dP - D) (* softcap derivative) rounded, dV = P^T dO,
+// dQ = scale dS K, dK = scale dS^T Q, each rounded. The error of this baseline against the fp64 reference is
+// what "the same dtype, done plainly" costs; a fused kernel with fp32 accumulation should stay within ~2x of it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "check/attention_results.h"
 #include "common/problem.h"
 #include "flash4/types.h"
 
-namespace flash4::test {
+namespace flash4::check {
 
 // x rounded to the nearest value of `dtype` (nearest even).
 double round_to_dtype(double x, DType dtype);
-
-struct ForwardResult {
-  std::vector<double> out;  // (batch, seqlen_q, heads, head_dim)
-  std::vector<double> lse;  // (batch, heads, seqlen_q)
-};
-
-struct Gradients {
-  std::vector<double> dq, dk, dv;
-};
 
 // Inputs and outputs are contiguous fp64 in the public layouts. `rows` as in reference::forward (empty = all);
 // rows not listed are 0 in the result.
@@ -43,10 +34,4 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
                          const std::vector<double>& k, const std::vector<double>& v,
                          const std::vector<double>& dout);
 
-// Convenience wrappers around reference::forward/backward returning vectors.
-ForwardResult reference_forward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-                                const std::vector<double>& v, const std::vector<int64_t>& rows = {});
-Gradients reference_backward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-                             const std::vector<double>& v, const std::vector<double>& dout);
-
-}  // namespace flash4::test
+}  // namespace flash4::check

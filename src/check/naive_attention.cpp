@@ -1,17 +1,14 @@
-#include "common/naive_baseline.h"
+// Same-dtype naive attention (see naive_attention.h).
+#include "check/naive_attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <thread>
 
 #include "common/float_convert.h"
 #include "common/parallel_for.h"
-#include "reference/reference.h"
 
-namespace flash4::test {
+namespace flash4::check {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -46,7 +43,7 @@ Row softmax_row(const detail::Problem& p, DType dtype, const double* qi, const d
   row.dscore.assign(n, 1.0);
   double m = kNegInf;
   for (int64_t j = 0; j < n; ++j) {
-    // The score matrix as every implementation holds it: an fp32 accumulator (see naive_baseline.h).
+    // The score matrix as every implementation holds it: an fp32 accumulator (see naive_attention.h).
     double s = static_cast<float>(dot(qi, k + ((b * p.seqlen_k + r.lo + j) * p.heads_kv + hk) * d, d));
     s = static_cast<float>(s * p.softmax_scale);
     if (p.softcap > 0.0f) {
@@ -149,23 +146,4 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
   return g;
 }
 
-ForwardResult reference_forward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-                                const std::vector<double>& v, const std::vector<int64_t>& rows) {
-  ForwardResult res;
-  res.out.assign(q.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(p.batch * p.heads * p.seqlen_q), 0.0);
-  reference::forward(p, q.data(), k.data(), v.data(), res.out.data(), res.lse.data(), rows);
-  return res;
-}
-
-Gradients reference_backward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-                             const std::vector<double>& v, const std::vector<double>& dout) {
-  Gradients g;
-  g.dq.resize(q.size());
-  g.dk.resize(k.size());
-  g.dv.resize(v.size());
-  reference::backward(p, q.data(), k.data(), v.data(), dout.data(), g.dq.data(), g.dk.data(), g.dv.data());
-  return g;
-}
-
-}  // namespace flash4::test
+}  // namespace flash4::check

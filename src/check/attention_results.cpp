@@ -1,0 +1,26 @@
+#include "check/attention_results.h"
+
+#include "reference/reference.h"
+
+namespace flash4::check {
+
+ForwardResult reference_forward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                                const std::vector<double>& v, const std::vector<int64_t>& rows) {
+  ForwardResult res;
+  res.out.assign(q.size(), 0.0);
+  res.lse.assign(static_cast<size_t>(p.batch * p.heads * p.seqlen_q), 0.0);
+  reference::forward(p, q.data(), k.data(), v.data(), res.out.data(), res.lse.data(), rows);
+  return res;
+}
+
+Gradients reference_backward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                             const std::vector<double>& v, const std::vector<double>& dout) {
+  Gradients g;
+  g.dq.resize(q.size());
+  g.dk.resize(k.size());
+  g.dv.resize(v.size());
+  reference::backward(p, q.data(), k.data(), v.data(), dout.data(), g.dq.data(), g.dk.data(), g.dv.data());
+  return g;
+}
+
+}  // namespace flash4::check

@@ -1,0 +1,70 @@
+/* The C API compiled as C: a tiny causal forward on the CPU with a known answer, and a bad input that returns
+ * FLASH4_STATUS_INVALID_ARGUMENT with a message naming the argument. Exit code 0 on success. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flash4/c_api.h"
+
+enum { kSeq = 8, kHeads = 2, kHeadsKv = 1, kDim = 16 };
+
+static int failures = 0;
+
+static void expect(int condition, const char* what) {
+  if (!condition) {
+    fprintf(stderr, "test_c_api: FAILED: %s (last error: %s)\n", what, flash4_last_error());
+    ++failures;
+  }
+}
+
+int main(void) {
+  /* All-equal inputs: every output equals v's value and the LSE of row i is the (constant) score + log(i + 1). */
+  static float q[kSeq * kHeads * kDim], k[kSeq * kHeadsKv * kDim], v[kSeq * kHeadsKv * kDim];
+  static float out[kSeq * kHeads * kDim], lse[kHeads * kSeq];
+  const int64_t q_shape[4] = {1, kSeq, kHeads, kDim}, kv_shape[4] = {1, kSeq, kHeadsKv, kDim};
+  const int64_t lse_shape[3] = {1, kHeads, kSeq};
+  flash4_forward_args args;
+  int i, h, status;
+  for (i = 0; i < kSeq * kHeads * kDim; ++i) q[i] = 0.5f;
+  for (i = 0; i < kSeq * kHeadsKv * kDim; ++i) k[i] = 0.5f, v[i] = 0.25f;
+
+  flash4_forward_args_init(&args);
+  args.q = flash4_tensor_contiguous(q, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, q_shape);
+  args.k = flash4_tensor_contiguous(k, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, kv_shape);
+  args.v = flash4_tensor_contiguous(v, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, kv_shape);
+  args.out = flash4_tensor_contiguous(out, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, q_shape);
+  args.lse = flash4_tensor_contiguous(lse, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, lse_shape);
+  args.causal = 1;
+
+  expect(flash4_can_implement_forward(&args) == FLASH4_STATUS_OK, "can_implement on a valid CPU problem");
+  status = flash4_forward(&args, NULL);
+  expect(status == FLASH4_STATUS_OK, "forward on a valid CPU problem");
+  if (status == FLASH4_STATUS_OK) {
+    const double score = 0.25 * kDim / sqrt((double)kDim);
+    for (i = 0; i < kSeq; ++i)
+      for (h = 0; h < kHeads; ++h) {
+        expect(fabs(lse[h * kSeq + i] - (score + log(i + 1.0))) < 1e-4, "lse value");
+        expect(fabs(out[(i * kHeads + h) * kDim] - 0.25f) < 1e-6, "out value");
+      }
+  }
+
+  /* heads (2) not a multiple of heads_kv (3): rejected, outputs untouched, the message names the argument. */
+  {
+    const int64_t bad_kv_shape[4] = {1, kSeq, 3, kDim};
+    float before = out[0];
+    out[0] = -1.0f;
+    args.k = flash4_tensor_contiguous(k, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, bad_kv_shape);
+    args.v = args.k;
+    status = flash4_forward(&args, NULL);
+    expect(status == FLASH4_STATUS_INVALID_ARGUMENT, "forward with heads % heads_kv != 0 is an invalid argument");
+    expect(strstr(flash4_last_error(), "heads_kv") != NULL, "the message names heads_kv");
+    expect(out[0] == -1.0f, "nothing is written on an error");
+    out[0] = before;
+  }
+  expect(flash4_forward(NULL, NULL) == FLASH4_STATUS_INVALID_ARGUMENT, "null args");
+  expect(strcmp(flash4_status_string(FLASH4_STATUS_NOT_SUPPORTED), "not supported") == 0, "status string");
+  expect(strlen(flash4_version()) > 0, "version");
+
+  if (failures == 0) printf("test_c_api: flash4 %s C API passed\n", flash4_version());
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,186 @@
+// The C API (flash4/c_api.h) from C++: status codes, messages, defaults and the per-thread last error. The
+// same header compiled as C: tests/c/test_c_api.c.
+#include "flash4/c_api.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flash4/api.h"
+
+namespace flash4 {
+namespace {
+
+// A small fp32 causal problem on the CPU with random inputs, described by the C structs.
+struct CProblem {
+  static constexpr int64_t kBatch = 1, kSeqQ = 5, kSeqK = 9, kHeads = 2, kHeadsKv = 1, kDim = 16;
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+
+  CProblem()
+      : q(kBatch * kSeqQ * kHeads * kDim), k(kBatch * kSeqK * kHeadsKv * kDim), v(k.size()), out(q.size()),
+        lse(kBatch * kHeads * kSeqQ), dout(q.size()), dq(q.size()), dk(k.size()), dv(k.size()) {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> normal;
+    for (auto* t : {&q, &k, &v, &dout})
+      for (float& x : *t) x = normal(rng);
+  }
+  static flash4_tensor view(std::vector<float>& x, int64_t seqlen, int64_t heads) {
+    const int64_t shape[4] = {kBatch, seqlen, heads, kDim};
+    return flash4_tensor_contiguous(x.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, shape);
+  }
+  flash4_tensor lse_view() {
+    const int64_t shape[3] = {kBatch, kHeads, kSeqQ};
+    return flash4_tensor_contiguous(lse.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, shape);
+  }
+  flash4_forward_args forward_args() {
+    flash4_forward_args a;
+    flash4_forward_args_init(&a);
+    a.q = view(q, kSeqQ, kHeads);
+    a.k = view(k, kSeqK, kHeadsKv);
+    a.v = view(v, kSeqK, kHeadsKv);
+    a.out = view(out, kSeqQ, kHeads);
+    a.lse = lse_view();
+    a.causal = 1;
+    return a;
+  }
+  flash4_backward_args backward_args() {
+    flash4_backward_args a;
+    flash4_backward_args_init(&a);
+    a.dout = view(dout, kSeqQ, kHeads);
+    a.q = view(q, kSeqQ, kHeads);
+    a.k = view(k, kSeqK, kHeadsKv);
+    a.v = view(v, kSeqK, kHeadsKv);
+    a.out = view(out, kSeqQ, kHeads);
+    a.lse = lse_view();
+    a.dq = view(dq, kSeqQ, kHeads);
+    a.dk = view(dk, kSeqK, kHeadsKv);
+    a.dv = view(dv, kSeqK, kHeadsKv);
+    a.causal = 1;
+    return a;
+  }
+};
+
+TEST(CApi, DefaultsMatchTheCppStructs) {
+  flash4_forward_args f;
+  flash4_forward_args_init(&f);
+  const ForwardArgs cf;
+  EXPECT_EQ(f.softmax_scale, cf.softmax_scale);
+  EXPECT_EQ(f.causal, 0);
+  EXPECT_EQ(f.window_left, cf.window_left);
+  EXPECT_EQ(f.window_right, cf.window_right);
+  EXPECT_EQ(f.softcap, cf.softcap);
+  EXPECT_EQ(f.exp2_mode, static_cast<int>(cf.tuning.exp2));
+  EXPECT_EQ(f.conditional_rescale, cf.tuning.conditional_rescale ? 1 : 0);
+  EXPECT_EQ(f.lse.data, nullptr);
+  flash4_backward_args b;
+  flash4_backward_args_init(&b);
+  EXPECT_EQ(b.deterministic, 0);
+  EXPECT_EQ(b.window_left, -1);
+}
+
+TEST(CApi, ContiguousTensorHasRowMajorStrides) {
+  const int64_t shape[4] = {2, 3, 4, 8};
+  const flash4_tensor t = flash4_tensor_contiguous(nullptr, FLASH4_BFLOAT16, FLASH4_DEVICE_CUDA, 1, 4, shape);
+  const TensorView like = make_view(nullptr, DType::kBFloat16, Device::cuda(1), 2, 3, 4, 8);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(t.shape[i], like.shape[i]);
+    EXPECT_EQ(t.stride[i], like.stride[i]);
+  }
+  EXPECT_EQ(t.device_index, 1);
+}
+
+TEST(CApi, ReturnsOkOnSuccessAndMatchesTheCppApi) {
+  CProblem s;
+  const flash4_forward_args f = s.forward_args();
+  EXPECT_EQ(flash4_can_implement_forward(&f), FLASH4_STATUS_OK);
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_OK);
+  const flash4_backward_args b = s.backward_args();
+  EXPECT_EQ(flash4_can_implement_backward(&b), FLASH4_STATUS_OK);
+  EXPECT_EQ(flash4_backward(&b, nullptr), FLASH4_STATUS_OK);
+
+  // The same problem through the C++ API gives bit-identical results (the CPU path is deterministic).
+  std::vector<float> out(s.out.size()), lse(s.lse.size());
+  ForwardArgs cf;
+  cf.q = make_view(s.q.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads, CProblem::kDim);
+  cf.k = make_view(s.k.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv,
+                   CProblem::kDim);
+  cf.v = make_view(s.v.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv,
+                   CProblem::kDim);
+  cf.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads,
+                     CProblem::kDim);
+  cf.lse = make_view(lse.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kHeads, CProblem::kSeqQ);
+  cf.causal = true;
+  forward(cf);
+  EXPECT_EQ(out, s.out);
+  EXPECT_EQ(lse, s.lse);
+}
+
+TEST(CApi, ReturnsStatusAndKeepsMessage) {
+  CProblem s;
+  flash4_forward_args f = s.forward_args();
+  f.k.shape[3] = 80;
+  f.v.shape[3] = 80;
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("k.shape[3] (head_dim) = 80"), std::string::npos)
+      << flash4_last_error();
+  EXPECT_EQ(flash4_can_implement_forward(&f), FLASH4_STATUS_INVALID_ARGUMENT);
+
+  flash4_backward_args b = s.backward_args();
+  b.softcap = -1.0f;
+  EXPECT_EQ(flash4_backward(&b, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos) << flash4_last_error();
+
+  EXPECT_EQ(flash4_forward(nullptr, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("args is null"), std::string::npos);
+  EXPECT_EQ(flash4_backward(nullptr, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(flash4_can_implement_forward(nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(flash4_can_implement_backward(nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+}
+
+TEST(CApi, RejectsOutOfRangeEnumValues) {
+  CProblem s;
+  flash4_forward_args f = s.forward_args();
+  f.q.dtype = 7;
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("q.dtype has invalid value 7"), std::string::npos)
+      << flash4_last_error();
+  f = s.forward_args();
+  f.out.device_kind = 5;
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+}
+
+TEST(CApi, ReportsNotSupported) {
+  if (cuda_available(0)) GTEST_SKIP() << "a usable CUDA device is present";
+  CProblem s;
+  flash4_forward_args f = s.forward_args();
+  for (flash4_tensor* t : {&f.q, &f.k, &f.v, &f.out, &f.lse}) t->device_kind = FLASH4_DEVICE_CUDA;
+  EXPECT_EQ(flash4_can_implement_forward(&f), FLASH4_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(std::string(flash4_last_error()).find("flash4_can_implement_forward"), std::string::npos);
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(std::string(flash4_last_error()).find("flash4::forward"), std::string::npos);
+  EXPECT_EQ(flash4_cuda_available(0), 0);
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  CProblem s;
+  flash4_forward_args f = s.forward_args();
+  f.softcap = -1.0f;
+  ASSERT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  std::string other_thread_error = "unset";
+  std::thread([&] { other_thread_error = flash4_last_error(); }).join();
+  EXPECT_EQ(other_thread_error, "");
+  EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos);
+}
+
+TEST(CApi, NamesAndVersion) {
+  EXPECT_STREQ(flash4_status_string(FLASH4_STATUS_INVALID_ARGUMENT), "invalid argument");
+  EXPECT_STREQ(flash4_version(), version());
+  EXPECT_EQ(flash4_cuda_available(-1), 0);
+}
+
+}  // namespace
+}  // namespace flash4

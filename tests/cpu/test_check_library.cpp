@@ -1,0 +1,77 @@
+// The judges' library (src/check) itself: the tolerance rule's edge cases, and that the Problem it builds from
+// public arguments is the one validation builds (the CLI's --check relies on it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "api/backends.h"
+#include "check/problem_from_args.h"
+#include "check/tolerance.h"
+
+namespace flash4 {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(ToleranceRule, LimitIsTwiceTheBaselinePlusAtol) {
+  const std::vector<double> ref = {0.5, -2.0}, naive = {0.5, -2.0 + 1e-3}, impl = {0.5, -2.0 + 2e-3};
+  const check::Verdict v = check::judge(impl, ref, naive, DType::kBFloat16);
+  EXPECT_DOUBLE_EQ(v.atol, 0x1p-9 * 2.0);  // the bf16 fraction of max |ref| = 2
+  EXPECT_NEAR(v.baseline_error, 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(v.limit, check::kBaselineFactor * v.baseline_error + v.atol);
+  EXPECT_TRUE(v.pass);
+  EXPECT_FALSE(check::judge({0.5, -2.0 + 1e-2}, ref, naive, DType::kBFloat16).pass);
+}
+
+TEST(ToleranceRule, AtolScaleIsFlooredAtOne) {
+  EXPECT_DOUBLE_EQ(check::atol(DType::kFloat16, {0.0, 1e-3}), 0x1p-12);
+  EXPECT_DOUBLE_EQ(check::atol(DType::kFloat32, {-4.0, kInf}), 0x1p-16 * 4.0);  // infinities are not a scale
+}
+
+TEST(ToleranceRule, NanFailsAndInfinitiesMustMatch) {
+  const std::vector<double> ref = {-kInf, 1.0};
+  EXPECT_TRUE(check::judge({-kInf, 1.0}, ref, ref, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge({kInf, 1.0}, ref, ref, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge({-kInf, std::nan("")}, ref, ref, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge({-kInf}, ref, ref, DType::kFloat32).pass);  // size mismatch
+}
+
+// Arguments that validate; only the fields make_problem reads matter.
+ForwardArgs args_of(int64_t head_dim, float scale, bool causal, int left, int right, float softcap) {
+  static std::vector<float> q(2 * 7 * 4 * 256), k(2 * 9 * 2 * 256), out(q.size());
+  ForwardArgs a;
+  a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 2, 7, 4, head_dim);
+  a.k = make_view(k.data(), DType::kFloat32, Device::cpu(), 2, 9, 2, head_dim);
+  a.v = a.k;
+  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 2, 7, 4, head_dim);
+  a.softmax_scale = scale;
+  a.causal = causal;
+  a.window_left = left;
+  a.window_right = right;
+  a.softcap = softcap;
+  return a;
+}
+
+TEST(ProblemFromArgs, MatchesValidation) {
+  for (const ForwardArgs& a : {args_of(128, 0.0f, false, -1, -1, 0.0f), args_of(96, 0.0f, true, -1, -1, 0.0f),
+                               args_of(64, 0.3f, true, 5, 3, 20.0f), args_of(8, 0.0f, false, 2, 0, 0.0f),
+                               args_of(256, 0.0f, true, -1, 4, 0.0f)}) {
+    const detail::Problem want = detail::validate(a), got = check::make_problem(a);
+    EXPECT_EQ(got.batch, want.batch);
+    EXPECT_EQ(got.seqlen_q, want.seqlen_q);
+    EXPECT_EQ(got.seqlen_k, want.seqlen_k);
+    EXPECT_EQ(got.heads, want.heads);
+    EXPECT_EQ(got.heads_kv, want.heads_kv);
+    EXPECT_EQ(got.head_dim, want.head_dim);
+    EXPECT_EQ(got.softmax_scale, want.softmax_scale);  // bit-identical, the default included
+    EXPECT_EQ(got.softcap, want.softcap);
+    EXPECT_EQ(got.causal, want.causal);
+    EXPECT_EQ(got.window_left, want.window_left);
+    EXPECT_EQ(got.window_right, want.window_right);
+  }
+}
+
+}  // namespace
+}  // namespace flash4
