@@ -3,10 +3,10 @@
 // postprocess (dQ).
 //
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
-//   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 (bwd_sm90_kernel.cuh) and head_dim 256
-//     (bwd_sm90_hd256_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned base, every stride
+//   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 (bwd_wgmma_kernel.cuh) and head_dim 256
+//     (bwd_wgmma_hd256_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned base, every stride
 //     a non-zero multiple of 16 bytes);
-//   mma.sync (bwd_kernel.cuh): everything else the GPU backward supports: tiny seqlen_k at d = 64 / 128 (one
+//   mma.sync (bwd_mma_sync_kernel.cuh): everything else the GPU backward supports: tiny seqlen_k at d = 64 / 128 (one
 //     64-key tile of the mma.sync kernel wastes less than the wgmma kernel's 128-key tile) and layouts TMA cannot
 //     describe (at d = 256 two CTAs per K/V tile, one per 128-column half of dK, dV, dQ).
 //
@@ -27,27 +27,29 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "api/backends.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
-#include "kernels/sm90/bwd/bwd_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
+#include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
+#include "common/mask.h"
+#include "common/score_transform.h"
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
-#include "kernels/sm90/bwd/bwd_sm90_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_config.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm_count.h"
 #include "hw/sm90/tma_map.h"
 
 namespace flash4::sm90 {
-// Instantiated in bwd_main_<dtype>_hd<d>.cu.
+// Defined in bwd_mma_sync_launch.cuh and bwd_wgmma_launch.cuh, instantiated in the translation units that
+// cmake/bwd_kernels.cmake generates for the compiled configurations (bwd_configs.inc).
 template <class Element, int kHeadDim>
-void launch_bwd_main(const BwdParams& params, bool masked, cudaStream_t stream);
-// Instantiated in bwd_sm90_<dtype>_hd<d>.cu.
+void launch_bwd_mma_sync(const BwdParams& params, bool masked, cudaStream_t stream);
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
-template <class Element>
-void launch_bwd_wgmma_hd256(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -75,12 +77,36 @@ class StreamWorkspace {
 
 constexpr size_t align256(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
-bool compiled_bwd_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+bool supported_bwd_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+// Whether this build compiled the backward kernels of (Element, head_dim) (FLASH4_DTYPES x FLASH4_HEAD_DIMS).
+template <class T>
+constexpr bool compiled_bwd(int64_t head_dim) {
+  bool found = false;
+#define FLASH4_MATCH_BWD(Ty, D) found = found || (std::is_same_v<T, Ty> && head_dim == D);
+  FLASH4_BWD_CONFIGS(FLASH4_MATCH_BWD)
+#undef FLASH4_MATCH_BWD
+  return found;
+}
+
+bool compiled_bwd_for(DType dtype, int64_t head_dim) {
+  if (dtype == DType::kBFloat16) return compiled_bwd<__nv_bfloat16>(head_dim);
+  if (dtype == DType::kFloat16) return compiled_bwd<__half>(head_dim);
+  return false;
+}
+
+std::string compiled_bwd_head_dims(DType dtype) {
+  std::string out;
+  for (int d : {64, 128, 256}) {
+    if (compiled_bwd_for(dtype, d)) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return out.empty() ? "none" : out;
+}
 
 // Column slices (CTAs per K/V tile) of the mma.sync kernel; each slice has its own deterministic-mode semaphores.
 int mma_col_slices(int64_t head_dim) {
-  static_assert(sm90::bwd::BwdTile<64>::kColSlices == 1 && sm90::bwd::BwdTile<128>::kColSlices == 1);
-  return head_dim == 256 ? sm90::bwd::BwdTile<256>::kColSlices : 1;
+  static_assert(sm90::bwd::MmaSyncTile<64>::kColSlices == 1 && sm90::bwd::MmaSyncTile<128>::kColSlices == 1);
+  return head_dim == 256 ? sm90::bwd::MmaSyncTile<256>::kColSlices : 1;
 }
 
 // 16-byte aligned rows: the kernels move head-dim rows in 16-byte vectors (cp.async, uint4).
@@ -94,15 +120,12 @@ bool rows_16b_aligned(const TensorView& t) {
 
 sm90::BshdStrides strides_of(const TensorView& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
 
-int clamp_band(int64_t offset) {
-  return static_cast<int>(std::clamp<int64_t>(offset, -sm90::kBandSentinel, sm90::kBandSentinel));
-}
-
 template <class Element>
-void launch_main(const sm90::BwdParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
-  if (head_dim == 64) return sm90::launch_bwd_main<Element, 64>(params, masked, stream);
-  if (head_dim == 128) return sm90::launch_bwd_main<Element, 128>(params, masked, stream);
-  if (head_dim == 256) return sm90::launch_bwd_main<Element, 256>(params, masked, stream);
+void launch_mma_sync(const sm90::BwdParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
+#define FLASH4_LAUNCH_BWD(T, D) \
+  if (std::is_same_v<T, Element> && head_dim == D) return sm90::launch_bwd_mma_sync<T, D>(params, masked, stream);
+  FLASH4_BWD_CONFIGS(FLASH4_LAUNCH_BWD)
+#undef FLASH4_LAUNCH_BWD
   throw Error(Status::kNotSupported, "flash4::backward: no compiled GPU backward kernel for head_dim " +
                                          std::to_string(head_dim));
 }
@@ -127,9 +150,10 @@ bool use_wgmma_kernel(const BackwardArgs& args, const Problem& p) {
 
 template <class Element>
 void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
-  if (head_dim == 64) return sm90::launch_bwd_wgmma<Element, 64>(params, masked, stream);
-  if (head_dim == 128) return sm90::launch_bwd_wgmma<Element, 128>(params, masked, stream);
-  if (head_dim == 256) return sm90::launch_bwd_wgmma_hd256<Element>(params, masked, stream);
+#define FLASH4_LAUNCH_BWD(T, D) \
+  if (std::is_same_v<T, Element> && head_dim == D) return sm90::launch_bwd_wgmma<T, D>(params, masked, stream);
+  FLASH4_BWD_CONFIGS(FLASH4_LAUNCH_BWD)
+#undef FLASH4_LAUNCH_BWD
   throw Error(Status::kNotSupported, "flash4::backward: no compiled wgmma backward kernel for head_dim " +
                                          std::to_string(head_dim));
 }
@@ -155,9 +179,12 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
     return {false, "fp32 is not supported on the GPU; use bf16/fp16 or the CPU"};
-  if (!compiled_bwd_head_dim(p.head_dim))
+  if (!supported_bwd_head_dim(p.head_dim))
     return {false, "head_dim " + std::to_string(p.head_dim) +
                        " is not supported by the GPU backward (supported: 64, 128, 256; use the CPU)"};
+  if (!compiled_bwd_for(args.q.dtype, p.head_dim))
+    return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU backward (available for " +
+                       dtype_name(args.q.dtype) + ": " + compiled_bwd_head_dims(args.q.dtype) + ")"};
   const std::pair<const TensorView*, const char*> tensors[] = {
       {&args.q, "q"},   {&args.k, "k"},       {&args.v, "v"},   {&args.out, "out"},
       {&args.dout, "dout"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
@@ -180,9 +207,9 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   using sm90::BwdParams;
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
-  constexpr int kOldBlockM = sm90::bwd::BwdTile<64>::kBlockM, kOldBlockN = sm90::bwd::BwdTile<64>::kBlockN;
-  static_assert(kOldBlockM == sm90::bwd::BwdTile<128>::kBlockM && kOldBlockN == sm90::bwd::BwdTile<128>::kBlockN &&
-                    kOldBlockM == sm90::bwd::BwdTile<256>::kBlockM && kOldBlockN == sm90::bwd::BwdTile<256>::kBlockN,
+  constexpr int kOldBlockM = sm90::bwd::MmaSyncTile<64>::kBlockM, kOldBlockN = sm90::bwd::MmaSyncTile<64>::kBlockN;
+  static_assert(kOldBlockM == sm90::bwd::MmaSyncTile<128>::kBlockM && kOldBlockN == sm90::bwd::MmaSyncTile<128>::kBlockN &&
+                    kOldBlockM == sm90::bwd::MmaSyncTile<256>::kBlockM && kOldBlockN == sm90::bwd::MmaSyncTile<256>::kBlockN,
                 "the mma.sync kernel has one tile shape for every head dim");
   const bool wgmma = use_wgmma_kernel(args, p);
   // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
@@ -225,18 +252,16 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.head_dim = static_cast<int>(p.head_dim);
   params.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
   params.n_blocks = static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
-  const int64_t diag = p.seqlen_k - p.seqlen_q;  // bottom-right alignment
-  params.band_lo = p.window_left >= 0 ? clamp_band(diag - p.window_left) : -sm90::kBandSentinel;
-  params.band_hi = p.window_right >= 0 ? clamp_band(diag + p.window_right) : sm90::kBandSentinel;
-
-  constexpr float kLog2e = 1.4426950408889634f;
-  params.softmax_scale = p.softmax_scale;
-  params.scale_log2 = p.softmax_scale * kLog2e;
-  if (p.softcap > 0.0f) {
-    params.softcap = p.softcap;
-    params.softcap_pre_scale = p.softmax_scale / p.softcap;
-    params.softcap_log2 = p.softcap * kLog2e;
-  }
+  // The common mask and score transform (common/mask.h, common/score_transform.h); the band in int for the kernels'
+  // compares, unbounded sides as the sentinels every real offset satisfies.
+  const SequenceMask band = SequenceMask::make(p.mask(), p.seqlen_q, p.seqlen_k);
+  params.band_lo = sm90::clamp_band(band.band_lo);
+  params.band_hi = sm90::clamp_band(band.band_hi);
+  const ScoreTransform score = p.score_transform();
+  params.softmax_scale = score.softmax_scale;
+  params.softcap = score.softcap;
+  params.tanh_scale = score.tanh_scale;
+  params.log2_scale = score.log2_scale;
   params.deterministic = args.deterministic;
   if (args.deterministic && wgmma) {
     // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
@@ -244,16 +269,15 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     const int resident_key_tiles = detail::current_device_sm_count() / 2;
     // Rotated deterministic order (bwd_schedule.h): a CTA may wait on CTAs of its (batch, kv head) launched after
     // it, so all of them must be resident together. It also ties every CTA of a head to the pace of the
-    // latest-launched one: measured (bench/results/2026-11-29-h200-bwd-det-rotated.json) +4..+17 % up to 32 key
-    // tiles, but -10 % at d = 64 8k (64 key tiles, start tiles one step apart), while d = 128 8k (64 key tiles,
-    // 64-row Q tiles: two steps apart) gained 6 %. So: up to 32 key tiles per step of spacing between start tiles.
+    // latest-launched one, which pays while start tiles are spread apart: up to 32 key tiles per step of spacing
+    // between start tiles (the measurements are in docs/performance.md).
     if (!p.has_mask() && params.n_blocks > 0) {
       const int spacing = std::max(1, params.m_blocks / params.n_blocks);
       params.det_rotated = params.n_blocks <= std::min(resident_key_tiles, 32 * spacing);
     }
-    // d = 256: release dQ additions one tile late (bwd_sm90_hd256_kernel.cuh), +3..+11 % except where each CTA
-    // waits on its predecessor's release in lockstep, i.e. unmasked, unrotated, and a head's CTAs resident
-    // together: -7 % at 4k (64 key tiles; bench/results/2026-11-29-h200-bwd-hd256-det-deferred-release.json).
+    // d = 256: release dQ additions one tile late (bwd_wgmma_hd256_kernel.cuh), so that the release fence stops
+    // stalling the warpgroup; not where each CTA waits on its predecessor's release in lockstep (unmasked,
+    // unrotated, and a head's CTAs resident together), where the late release lengthens the chain.
     if (p.head_dim == 256) {
       params.det_defer_release = p.has_mask() || params.det_rotated || params.n_blocks > resident_key_tiles;
     }
@@ -307,8 +331,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       if (bf16) launch_wgmma<__nv_bfloat16>(wp, p.head_dim, p.has_mask(), s);
       else launch_wgmma<__half>(wp, p.head_dim, p.has_mask(), s);
     } else {
-      if (bf16) launch_main<__nv_bfloat16>(params, p.head_dim, p.has_mask(), s);
-      else launch_main<__half>(params, p.head_dim, p.has_mask(), s);
+      if (bf16) launch_mma_sync<__nv_bfloat16>(params, p.head_dim, p.has_mask(), s);
+      else launch_mma_sync<__half>(params, p.head_dim, p.has_mask(), s);
     }
   }
   if (rows > 0) {

@@ -4,8 +4,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/sm90/bwd/bwd_sm90_entry.cuh"
-#include "kernels/sm90/bwd/bwd_sm90_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_entry.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_kernel.cuh"
 
 namespace flash4::sm90 {
 
