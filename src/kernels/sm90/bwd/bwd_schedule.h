@@ -33,12 +33,13 @@ FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
   return j0 - i1 <= p.band_hi && j1 - i0 >= p.band_lo;
 }
 
-// True when the tile of rows m0 .. m0 + kBlockM - 1 and keys n0 .. n0 + kBlockN - 1 holds a pair the kernel must
-// hide: a key past seqlen_k or (kMasked) an offset outside the band. The kernels run their element mask only on
-// these tiles; rows past seqlen_q need none (their LSE is +inf, so P = 0).
+// Non-zero when the tile of rows m0 .. m0 + kBlockM - 1 and keys n0 .. n0 + kBlockN - 1 holds a pair the kernel
+// must hide: a key past seqlen_k or (kMasked) an offset outside the band. The kernels run their element mask only
+// on these tiles; rows past seqlen_q need none (their LSE is +inf, so P = 0). An int, not a bool: returned as a
+// bool, the test compiled to a byte conversion and a branch per tile in the wgmma kernels.
 template <int kBlockM, int kBlockN, bool kMasked>
-FLASH4_HD bool tile_needs_mask(const BwdParams& p, int m0, int n0) {
-  bool need = n0 + kBlockN > p.seqlen_k;
+FLASH4_HD int tile_needs_mask(const BwdParams& p, int m0, int n0) {
+  int need = n0 + kBlockN > p.seqlen_k;
   if constexpr (kMasked) {
     const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
     const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
