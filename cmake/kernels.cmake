@@ -25,6 +25,9 @@ endforeach()
 file(CONFIGURE OUTPUT ${FLASH4_GENERATED_DIR}/fwd_configs.inc CONTENT
      "// Generated: the compiled forward configurations (dtype, head_dim, masked).\n#define FLASH4_FWD_CONFIGS(X) \\\n${FLASH4_FWD_CONFIGS}\n")
 
+# The backward's instantiations (appends to FLASH4_CUDA_SOURCES).
+include(${CMAKE_CURRENT_LIST_DIR}/bwd_kernels.cmake)
+
 target_sources(flash4 PRIVATE ${FLASH4_CUDA_SOURCES})
 target_include_directories(flash4 PRIVATE ${FLASH4_GENERATED_DIR} ${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES})
 target_compile_options(flash4 PRIVATE

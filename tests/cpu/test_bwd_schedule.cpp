@@ -6,7 +6,9 @@
 //   * deterministic mode: releases_before counts exactly the visible contributions of key tiles launched earlier,
 //     and a CTA therefore never waits on one launched later;
 //   * work_item numbers every (key tile, kv head, batch) once, each pair's key tiles in key_tile_of_launch's order;
-//   * bwd_persistent_pays picks persistent CTAs exactly for the measured shapes where they won;
+//   * tile_visible, tile_needs_mask, k_range and q_range agree with the common mask policy (common/mask.h:
+//     SequenceMask::block_visible, block_needs_mask, key_tiles, query_tiles);
+//   * bwd_persistent_pays picks persistent CTAs exactly for the shapes where they were measured to win;
 //   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
 //     with each Q tile's semaphore at its number of visible key tiles;
 //   * the rotated deterministic order (no mask, all of a head's CTAs resident): releases_before counts the CTAs
@@ -18,8 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "common/mask.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
-#include "kernels/sm90/bwd/bwd_sm90_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_config.h"
 
 namespace flash4::sm90::bwd {
 namespace {
@@ -35,6 +38,10 @@ constexpr Mask kMasks[] = {{"none", false, -1, -1}, {"causal", true, -1, 0}, {"l
                            {"band70_5", true, 70, 5}};
 constexpr int kSeqlens[] = {1, 17, 64, 65, 127, 128, 129, 300, 1000, 1013};
 
+detail::SequenceMask sequence_mask(int sq, int sk, const Mask& mask) {
+  return detail::SequenceMask::make(detail::AttentionMask{mask.window_left, mask.window_right}, sq, sk);
+}
+
 // BwdParams of one (seqlen_q, seqlen_k, mask) on `Tile`, as bwd_api.cu fills the fields the schedule reads.
 template <class Tile>
 BwdParams make_params(int sq, int sk, const Mask& mask, bool deterministic) {
@@ -43,9 +50,9 @@ BwdParams make_params(int sq, int sk, const Mask& mask, bool deterministic) {
   p.seqlen_k = sk;
   p.m_blocks = (sq + Tile::kBlockM - 1) / Tile::kBlockM;
   p.n_blocks = (sk + Tile::kBlockN - 1) / Tile::kBlockN;
-  const int64_t diag = static_cast<int64_t>(sk) - sq;
-  p.band_lo = mask.window_left >= 0 ? static_cast<int>(diag - mask.window_left) : -kBandSentinel;
-  p.band_hi = mask.window_right >= 0 ? static_cast<int>(diag + mask.window_right) : kBandSentinel;
+  const detail::SequenceMask band = sequence_mask(sq, sk, mask);
+  p.band_lo = clamp_band(band.band_lo);
+  p.band_hi = clamp_band(band.band_hi);
   p.deterministic = deterministic;
   return p;
 }
@@ -103,6 +110,59 @@ TEST(BwdSchedule, QRangeVisitsExactlyTheVisibleTiles) {
   check_ranges<WgmmaTileHd256>("d256");
 }
 
+// The schedule's tile questions, asked in the kernels' int band, give the answers of the common mask policy
+// (SequenceMask, 64-bit band): the same tiles visible, the same tiles cut, the same key / query tile ranges. The
+// kernels' tiles are full: tile_needs_mask looks at all kBlockM rows and kBlockN keys of a tile.
+template <class Tile>
+void check_against_sequence_mask(const char* tile_name) {
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+  const Mask masks[] = {kMasks[0], kMasks[1], kMasks[2], kMasks[3], {"right20", true, -1, 20},
+                        {"left0_open", true, 0, -1}, {"band0_0", true, 0, 0}};
+  for (const Mask& mask : masks)
+    for (int sq : kSeqlens)
+      for (int sk : kSeqlens) {
+        const BwdParams p = make_params<Tile>(sq, sk, mask, false);
+        const detail::SequenceMask band = sequence_mask(sq, sk, mask);
+        SCOPED_TRACE(std::string(tile_name) + " " + mask.name + " sq " + std::to_string(sq) + " sk " +
+                     std::to_string(sk));
+        for (int m = 0; m < p.m_blocks; ++m) {
+          const int64_t i0 = int64_t{m} * kBlockM, i1 = std::min<int64_t>(i0 + kBlockM, sq) - 1;
+          const KRange keys = k_range<Tile>(p, m);
+          const detail::IndexRange key_tiles = band.key_tiles(i0, i1, kBlockN);
+          if (key_tiles.empty()) {
+            EXPECT_GT(keys.n_lo, keys.n_hi) << "Q tile " << m;
+          } else {
+            EXPECT_EQ(keys.n_lo, key_tiles.lo) << "Q tile " << m;
+            EXPECT_EQ(keys.n_hi, key_tiles.hi) << "Q tile " << m;
+          }
+          for (int n = 0; n < p.n_blocks; ++n) {
+            const int64_t j0 = int64_t{n} * kBlockN, j1 = std::min<int64_t>(j0 + kBlockN, sk) - 1;
+            ASSERT_EQ(tile_visible<Tile>(p, m, n), band.block_visible(i0, i1, j0, j1)) << "tile " << m << ", " << n;
+            const bool cut = band.block_needs_mask(i0, i0 + kBlockM - 1, j0, j0 + kBlockN - 1);
+            ASSERT_EQ((tile_needs_mask<kBlockM, kBlockN, true>(p, static_cast<int>(i0), static_cast<int>(j0))), cut)
+                << "tile " << m << ", " << n;
+            if (!mask.masked) {
+              ASSERT_EQ((tile_needs_mask<kBlockM, kBlockN, false>(p, static_cast<int>(i0), static_cast<int>(j0))), cut)
+                  << "tile " << m << ", " << n;
+            }
+          }
+        }
+        for (int n = 0; n < p.n_blocks; ++n) {
+          const int64_t j0 = int64_t{n} * kBlockN, j1 = std::min<int64_t>(j0 + kBlockN, sk) - 1;
+          const QRange rows = q_range<Tile>(p, n);
+          const detail::IndexRange query_tiles = band.query_tiles(j0, j1, kBlockM);
+          EXPECT_EQ(rows.m_count, query_tiles.count()) << "key tile " << n;
+          if (!query_tiles.empty()) EXPECT_EQ(rows.m_lo, query_tiles.lo) << "key tile " << n;
+        }
+      }
+}
+
+TEST(BwdSchedule, TileQuestionsAgreeWithTheSequenceMask) {
+  check_against_sequence_mask<WgmmaTile<64>>("d64");
+  check_against_sequence_mask<WgmmaTile<128>>("d128");
+  check_against_sequence_mask<WgmmaTileHd256>("d256");
+}
+
 template <class Tile, bool kMasked>
 void check_release_counts(const BwdParams& p) {
   for (int n = 0; n < p.n_blocks; ++n)
@@ -139,8 +199,9 @@ TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
   check_deterministic_waits<WgmmaTileHd256>("d256");
 }
 
-// The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1; docs/performance.md,
-// 4.2), and for short windows and GQA.
+// The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1: at d = 128
+// persistent CTAs win on short items, at d = 64 at every length; docs/performance.md), and for short windows
+// and GQA.
 TEST(BwdSchedule, PersistentCtasWhereItemsAreShort) {
   const Mask& none = kMasks[0];
   const Mask& causal = kMasks[1];

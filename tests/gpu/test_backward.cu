@@ -117,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Gpu, BackwardShapes,
 // (d = 64) rows with tails, seqlen_q = 1, several Q tiles per CTA and several CTAs per dQ row (dQ atomics from
 // both warpgroups), GQA 2:1 and MQA, and seqlen_q > seqlen_k / seqlen_q < seqlen_k under causal (bottom-right).
 // {1, 1000, 777, 2, 1, 128}: 7 CTAs per head whose Q loops start at different tiles and wrap (the non-causal
-// rotation of bwd_sm90_kernel.cuh), the last Q tile cut at row 1000.
+// rotation of bwd_wgmma_kernel.cuh), the last Q tile cut at row 1000.
 // Also the mma.sync kernel on the same head dims with seqlen_k <= 64.
 const Shape kWgmmaShapes[] = {
     {1, 64, 65, 2, 2, 128},   {1, 1, 300, 2, 1, 64},    {1, 130, 100, 2, 2, 64},  {2, 200, 190, 4, 2, 128},

@@ -136,7 +136,7 @@ __global__ void smem_base_offset_kernel(unsigned* out) {
   if (threadIdx.x == 0) *out = static_cast<unsigned>(__cvta_generic_to_shared(smem_base)) & 1023u;
 }
 
-// The d = 64 / 128 backward kernel allocates no slack for realigning its shared memory (bwd_sm90_entry.cuh): the
+// The d = 64 / 128 backward kernel allocates no slack for realigning its shared memory (bwd_wgmma_entry.cuh): the
 // declared alignment must hold at every dynamic size, up to the 227 KB opt-in.
 TEST(HopperLayer, DynamicSharedMemoryBaseIs1024Aligned) {
   unsigned* out = nullptr;

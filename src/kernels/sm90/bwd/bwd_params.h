@@ -43,17 +43,18 @@ struct BwdParams {
   // sides are clamped sentinels (+-kBandSentinel) that every real offset satisfies.
   int band_lo = 0, band_hi = 0;
 
+  // The score transform (common/score_transform.h, one meaning): the score in log2 units is q.k * log2_scale, or
+  // tanh(q.k * tanh_scale) * log2_scale with softcap; dK and dQ are scaled by softmax_scale.
   float softmax_scale = 0.0f;
-  float scale_log2 = 0.0f;         // softmax_scale * log2(e) (no softcap)
-  float softcap = 0.0f;            // 0 = off
-  float softcap_pre_scale = 0.0f;  // softmax_scale / softcap
-  float softcap_log2 = 0.0f;       // softcap * log2(e)
+  float softcap = 0.0f;     // 0 = off
+  float tanh_scale = 0.0f;  // softmax_scale / softcap (softcap only)
+  float log2_scale = 0.0f;  // softmax_scale * log2(e), or softcap * log2(e) with softcap
   bool deterministic = false;
   // Deterministic without a mask, with few enough key tiles per (batch, kv head) that all of them are resident
   // at once (bwd_api.cu decides): Q loops rotate as in the non-deterministic mode and the additions into a Q tile
   // follow the order in which the CTAs reach it (bwd_schedule.h, det_arrival_rank).
   bool det_rotated = false;
-  // d = 256 deterministic: a warpgroup releases its dQ additions one tile late (bwd_sm90_hd256_kernel.cuh,
+  // d = 256 deterministic: a warpgroup releases its dQ additions one tile late (bwd_wgmma_hd256_kernel.cuh,
   // release_dq), so that their fence no longer stalls it; not where the unrotated release chain of a head whose
   // CTAs are all resident is the critical path (bwd_api.cu decides).
   bool det_defer_release = false;
@@ -61,5 +62,11 @@ struct BwdParams {
 
 // Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).
 inline constexpr int kBandSentinel = (1 << 30) + (1 << 20);
+
+// One side of SequenceMask's band (common/mask.h) in int: beyond the sentinels (unbounded sides included) it
+// becomes the sentinel, which every real offset satisfies.
+inline int clamp_band(int64_t offset) {
+  return static_cast<int>(offset < -kBandSentinel ? -kBandSentinel : offset > kBandSentinel ? kBandSentinel : offset);
+}
 
 }  // namespace flash4::sm90

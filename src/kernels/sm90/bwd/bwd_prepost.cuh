@@ -8,7 +8,8 @@
 #include <cstdint>
 
 #include "kernels/sm90/bwd/bwd_params.h"
-#include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+#include "common/score_transform.h"
+#include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::bwd {
 
@@ -56,9 +57,8 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   if (valid && sub == 0) {
     p.dsum[row] = acc;
     const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i];
-    constexpr float kLog2e = 1.4426950408889634f;
     // A fully masked row (LSE = -inf) gets +inf so that exp2(score - lse) = 0 and never inf or NaN.
-    p.lse_log2[row] = lse == -__int_as_float(0x7f800000) ? __int_as_float(0x7f800000) : lse * kLog2e;
+    p.lse_log2[row] = lse == -__int_as_float(0x7f800000) ? __int_as_float(0x7f800000) : lse * detail::kLog2e;
   }
 }
 

@@ -18,6 +18,10 @@ FLASH4_HD T max_of(T a, T b) {
   return a < b ? b : a;
 }
 
+// The mask as a band of key-minus-query offsets, with the meaning of common/mask.h's SequenceMask (built from it by
+// bwd_api.cu, clamped to int): these tile questions agree with SequenceMask::block_visible and block_needs_mask
+// (tests/cpu/test_bwd_schedule.cpp), in the int / 64-bit arithmetic the kernels' registers afford.
+//
 // True when the (m, n) tile holds at least one visible (query, key) pair. The band test on the tile's extreme
 // offsets is exact because every offset in between occurs in a rectangle.
 template <class Tile>
@@ -27,6 +31,21 @@ FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
   const long long j0 = static_cast<long long>(n) * Tile::kBlockN;
   const long long j1 = min_of(j0 + Tile::kBlockN, static_cast<long long>(p.seqlen_k)) - 1;
   return j0 - i1 <= p.band_hi && j1 - i0 >= p.band_lo;
+}
+
+// Non-zero when the tile of rows m0 .. m0 + kBlockM - 1 and keys n0 .. n0 + kBlockN - 1 holds a pair the kernel
+// must hide: a key past seqlen_k or (kMasked) an offset outside the band. The kernels run their element mask only
+// on these tiles; rows past seqlen_q need none (their LSE is +inf, so P = 0). An int, not a bool: returned as a
+// bool, the test compiled to a byte conversion and a branch per tile in the wgmma kernels.
+template <int kBlockM, int kBlockN, bool kMasked>
+FLASH4_HD int tile_needs_mask(const BwdParams& p, int m0, int n0) {
+  int need = n0 + kBlockN > p.seqlen_k;
+  if constexpr (kMasked) {
+    const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
+    const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
+    need = need || lo < p.band_lo || hi > p.band_hi;
+  }
+  return need;
 }
 
 // The Q tiles that can see a CTA's keys: [m_lo, m_lo + m_count), visited (per query head) starting at
@@ -55,8 +74,8 @@ struct QRange {
 // launch order that makes it deadlock-free (a CTA waits only on CTAs of lower block index, which are resident or
 // done). Masked (causal, window): decreasing n_block, highest n_block launched first, so that the short key tiles
 // near the diagonal (whose Q ranges start late) add first instead of waiting for n_block 0 to reach them
-// (shortest first). Unmasked: increasing n_block in launch order (measured faster there: 189 vs 135 TFLOP/s at
-// d = 64, 16k, H200).
+// (shortest first). Unmasked: increasing n_block in launch order, which is faster there (all key tiles are equally
+// long, so the launch order is the order in which they reach a Q tile).
 template <bool kMasked>
 FLASH4_HD int key_tile_of_launch(const BwdParams& p, int launch) {
   return kMasked && p.deterministic ? p.n_blocks - 1 - launch : launch;
@@ -81,13 +100,12 @@ FLASH4_HD long long work_items(const BwdParams& p) {
   return static_cast<long long>(p.n_blocks) * p.heads_kv * p.batch;
 }
 
-// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu). Measured against one CTA per item:
-// +2..+9 % where an item loops over few Q tiles (seqlen 512-1k; d = 64 causal up to 4k), -1..-3 % at 8k-16k
-// (bench/results/2026-11-29-h200-bwd-persistent-rejected.json). So at d = 128 they run where an item averages at
-// most 16 Q tiles: the GQA group times the Q rows a key tile sees, all of them without a mask, about half under a
-// band open on one side (causal), at most the band's width under a window (re-measured after 6409e43: longer items
-// -2..+1 %). At d = 64 (block_m 128) the kernel of 6409e43 gains at every length: 4k-16k +2.5..+5 %
-// (bench/results/2026-11-29-h200-bwd-persistent-bound.json), so there they always run.
+// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu): they pay where an item loops over few
+// Q tiles (the CTA launch they save is a larger share of a short item) and lose slightly on long ones. So at
+// d = 128 they run where an item averages at most 16 Q tiles: the GQA group times the Q rows a key tile sees, all
+// of them without a mask, about half under a band open on one side (causal), at most the band's width under a
+// window. At d = 64 (block_m 128) they gain at every length, so there they always run (docs/performance.md has
+// the measurements).
 FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
   if (block_m == 128) return true;  // d = 64's tile
   const bool lo_open = p.band_lo <= -kBandSentinel, hi_open = p.band_hi >= kBandSentinel;
@@ -111,9 +129,9 @@ FLASH4_HD unsigned dq_phase(unsigned tile, int buffers) { return (tile / static_
 // The items a CTA runs. One item per CTA on the (n_blocks, heads_kv, batch) grid in deterministic mode (a CTA may
 // wait only on CTAs launched before it) and where bwd_persistent_pays says no: grid_n_block. Otherwise one
 // persistent CTA per SM on a 1-D grid: item blockIdx.x first, then items claimed from a counter in w order, the
-// dynamic equivalent of the block scheduler's order (a static stride measured badly in a simulation: causal key
-// tiles differ in length, and a stride that aliases with n_blocks gives one CTA all the long ones).
-// bwd_sm90_kernel.cuh: its producer loads the next item's first Q tile and K, V while the consumers still finish
+// dynamic equivalent of the block scheduler's order (not a static stride: causal key tiles differ in length, and a
+// stride that aliases with n_blocks gives one CTA all the long ones).
+// bwd_wgmma_kernel.cuh: its producer loads the next item's first Q tile and K, V while the consumers still finish
 // the previous item, and no CTA launch separates them.
 struct BwdWorkRange {
   int first, total;  // a persistent CTA's first item (blockIdx.x) and the item count

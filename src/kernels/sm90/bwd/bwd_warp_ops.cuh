@@ -1,5 +1,6 @@
 // Warp-level building blocks of the backward kernel: 16-byte cp.async, ldmatrix, mma.sync m16n8k16 (bf16 / fp16
-// in, fp32 accumulate) and packing of fp32 pairs. One small wrapper per PTX instruction.
+// in, fp32 accumulate) and the deterministic mode's acquire / release semaphore accesses. One small wrapper per PTX
+// instruction.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), with g = lane / 4 and
 // t = lane % 4:
@@ -61,27 +62,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two fp32 values -> one b32 of two Elements, `lo` in the low half (the lower column index of a fragment).
-template <class Element>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-template <class Element>
-__device__ __forceinline__ float2 unpack2(uint32_t bits) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
-  } else {
-    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
   }
 }
 

@@ -7,7 +7,7 @@
 
 namespace flash4::sm90 {
 
-// The wgmma kernel's parameters: the above plus the TMA maps (built by bwd_api.cu; tiles in bwd_sm90_config.h).
+// The wgmma kernel's parameters: the above plus the TMA maps (built by bwd_api.cu; tiles in bwd_wgmma_config.h).
 namespace bwd {
 struct BwdWgmmaParams {
   CUtensorMap tma_q;   // (b, sq, h, d),   box 64 cols x kBlockM rows

@@ -1,5 +1,5 @@
 // The backward main kernel on mma.sync (FlashAttention-2 structure): the GPU backward for head_dim 256, and for
-// d = 64 / 128 where the wgmma kernel (bwd_sm90_kernel.cuh) does not run (seqlen_k <= 64, layouts TMA cannot
+// d = 64 / 128 where the wgmma kernel (bwd_wgmma_kernel.cuh) does not run (seqlen_k <= 64, layouts TMA cannot
 // describe). Each CTA owns one K/V tile of kBlockN keys of one (batch, kv head) and one column slice of the
 // outputs, and loops over every query head of its GQA group and every Q tile that can see the keys (mask-aware
 // range; fully masked tiles are skipped):
@@ -40,12 +40,14 @@
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"  // tile_visible
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+#include "kernels/sm90/device_math.cuh"
+#include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::bwd {
 
 // Tile configuration shared by the kernel and its launch.
 template <int kHeadDim_>
-struct BwdTile {
+struct MmaSyncTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // queries per iteration (16 per warp in the dQ product)
   static constexpr int kBlockN = 64;  // keys per CTA (16 per warp in S^T, dP^T, dK, dV)
@@ -79,14 +81,6 @@ struct BwdTile {
   static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= 233472, "shared memory for the CTAs per SM");
 };
 
-// tanh to ~1e-7 absolute: tanhf compiles to tanh.approx.f32 under --use_fast_math (relative error 2^-11, which
-// the softcap multiplies into the score: 30 * 2^-11 = 0.015, a 1.5 % error in P). |y| >= 15 rounds to +-1.
-__device__ __forceinline__ float tanh_accurate(float y) {
-  const float clamped = fminf(fmaxf(y, -15.0f), 15.0f);
-  const float e = exp2f(clamped * 2.8853900817779268f);  // exp(2y)
-  return 1.0f - 2.0f / (e + 1.0f);
-}
-
 // Copies rows [row0, row0 + 64) of one (batch, head) slice into a padded shared tile; rows >= row_end are
 // zero-filled (so tail scores are finite and tail products vanish).
 template <class Element, class Tile>
@@ -110,9 +104,9 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const Element* 
 }
 
 template <class Element, int kHeadDim, bool kMasked>
-__global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>::kMinBlocksPerSm)
-    bwd_main_kernel(const __grid_constant__ BwdParams p) {
-  using Tile = BwdTile<kHeadDim>;
+__global__ void __launch_bounds__(MmaSyncTile<kHeadDim>::kThreads, MmaSyncTile<kHeadDim>::kMinBlocksPerSm)
+    bwd_mma_sync_kernel(const __grid_constant__ BwdParams p) {
+  using Tile = MmaSyncTile<kHeadDim>;
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kLd = Tile::kLd, kLdS = Tile::kLdS;
   constexpr int kCols = Tile::kCols;
   constexpr int kColTiles = kCols / 8;  // n8 tiles across this CTA's output columns
@@ -232,12 +226,7 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
     }
 
     // ---- P^T and dS^T, element-wise; masks only where the tile is cut by the band or the key tail ----
-    bool need_mask = n0 + kBlockN > p.seqlen_k;
-    if constexpr (kMasked) {
-      const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
-      const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
-      need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
-    }
+    const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(p, m0, n0);
     const float* lse_buf = s_lse + buf * kBlockM;
     const float* dsum_buf = s_dsum + buf * kBlockM;
 #pragma unroll
@@ -250,11 +239,11 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, BwdTile<kHeadDim>
         const float x = acc_s[nt][e];
         float score_log2, dscore = 1.0f;
         if (softcap) {
-          const float th = tanh_accurate(x * p.softcap_pre_scale);
-          score_log2 = p.softcap_log2 * th;
+          const float th = tanh_accurate(x * p.tanh_scale);
+          score_log2 = p.log2_scale * th;
           dscore = 1.0f - th * th;
         } else {
-          score_log2 = x * p.scale_log2;
+          score_log2 = x * p.log2_scale;
         }
         float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
         if (need_mask) {

@@ -12,7 +12,7 @@
 // both warpgroups compute S^T and dP^T: 7/5 of the matmul FLOPs and every exp twice.)
 //
 // Roles (one CTA per (64-key tile, kv head, batch), looping over the query heads of its GQA group and the Q tiles
-// that can see its keys, as in bwd_sm90_kernel.cuh):
+// that can see its keys, as in bwd_wgmma_kernel.cuh):
 //   warpgroup 0, warp 0   producer: K, V once (TMA); per Q tile Q and dO (TMA) into a 2-stage ring, LSE * log2e
 //                         and D by the 32 lanes.
 //   S warpgroup, per Q tile (kBlockM = 64 queries):
@@ -52,14 +52,15 @@
 #include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
-#include "kernels/sm90/bwd/bwd_sm90_config.h"
-#include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
-#include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_producer.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_scores.cuh"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+#include "kernels/sm90/device_math.cuh"
+#include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::bwd {
 
@@ -284,12 +285,7 @@ struct BwdWgmmaHd256Kernel {
       transposed_product(s.k, s.q[stage], acc_s);  // S^T = K Q^T
 
       // ---- P^T = exp2(score * log2e - LSE * log2e) in place; p_xchg gets P^T (x dtanh with softcap) ----
-      bool need_mask = n0 + kBlockN > p.seqlen_k;
-      if constexpr (kMasked) {
-        const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
-        const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
-        need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
-      }
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(p, m0, n0);
       float dscore[kSoftcap ? kBlockM / 2 : 1];
 #pragma unroll
       for (int jn = 0; jn < kBlockM / 8; ++jn) {
@@ -299,11 +295,11 @@ struct BwdWgmmaHd256Kernel {
           const int i = 4 * jn + e;
           float score_log2;
           if constexpr (kSoftcap) {
-            const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
-            score_log2 = p.softcap_log2 * th;
+            const float th = tanh_accurate(acc_s[i] * p.tanh_scale);
+            score_log2 = p.log2_scale * th;
             dscore[i] = 1.0f - th * th;
           } else {
-            score_log2 = acc_s[i] * p.scale_log2;
+            score_log2 = acc_s[i] * p.log2_scale;
           }
           acc_s[i] = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
         }
@@ -324,7 +320,7 @@ struct BwdWgmmaHd256Kernel {
       wgmma::fence_operand(acc_dv);
 #pragma unroll
       for (int j = 0; j < kBlockM / 16; ++j) wgmma::fence_operand(p_frag[j]);
-      mbarrier::arrive(&s.empty[stage]);  // every consumer thread arrives (see bwd_sm90_kernel.cuh)
+      mbarrier::arrive(&s.empty[stage]);  // every consumer thread arrives (see bwd_wgmma_kernel.cuh)
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // the dP warpgroup has written dS (and read p_xchg)
       add_dq(p, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0, pending);
@@ -343,7 +339,7 @@ struct BwdWgmmaHd256Kernel {
     const int iterations = p.group * range.m_count;
 
     // stmatrix lane addresses inside the 64 x 64 dS tile (rows = queries, 128 bytes of keys, 128B swizzle), as in
-    // bwd_sm90_kernel.cuh: lane L gives row 8 (L / 16) + L % 8 (+ 16 k-step) of matrix L / 8, whose keys start at
+    // bwd_wgmma_kernel.cuh: lane L gives row 8 (L / 16) + L % 8 (+ 16 k-step) of matrix L / 8, whose keys start at
     // 16 warp + 8 ((L / 8) % 2), i.e. 16-byte unit 2 warp + (L / 8) % 2, stored at unit ^ (row % 8).
     const int st_row = 8 * (lane / 16) + lane % 8;
     const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));

@@ -1,4 +1,4 @@
-// Tile configuration of the wgmma + TMA backward kernel (bwd_sm90_kernel.cuh), shared by the host (workspace,
+// Tile configuration of the wgmma + TMA backward kernel (bwd_wgmma_kernel.cuh), shared by the host (workspace,
 // grid, shared-memory size) and the kernel. Plain constexpr data.
 //
 // A CTA owns kBlockN = 128 keys of one (batch, kv head); consumer warpgroup w owns keys 64w .. 64w + 63 (the M of
@@ -32,7 +32,7 @@ struct WgmmaTile {
   static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
 };
 
-// head_dim 256 (bwd_sm90_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the work by
+// head_dim 256 (bwd_wgmma_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the work by
 // role: one computes S^T, P^T and dV, the other dP^T, dS^T and dK (each accumulator 64 x 256: 128 registers per
 // thread), and they split dQ's columns (128 each). Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB;
 // dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB limit).

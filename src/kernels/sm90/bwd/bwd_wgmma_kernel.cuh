@@ -1,5 +1,5 @@
-// The Hopper backward main kernel on TMA + wgmma (the mma.sync kernel in bwd_kernel.cuh remains the fallback for
-// what this one does not cover, see bwd_api.cu). Tiles: bwd_sm90_config.h.
+// The Hopper backward main kernel on TMA + wgmma (the mma.sync kernel in bwd_mma_sync_kernel.cuh remains the fallback for
+// what this one does not cover, see bwd_api.cu). Tiles: bwd_wgmma_config.h.
 //
 // Each CTA owns kBlockN = 128 keys of one (batch, kv head) and loops over every query head of its GQA group and
 // every Q tile that can see the keys (mask-aware interval, same rule as the mma.sync kernel). Roles:
@@ -21,7 +21,7 @@
 //                          Double buffered, one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          (issued before dK, so that its piece is staged while dK runs)
 //                          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
-//                          computes a 64 x 64 piece (bwd_sm90_config.h) and stages it in shared memory (fp32,
+//                          computes a 64 x 64 piece (bwd_wgmma_config.h) and stages it in shared memory (fp32,
 //                          128B swizzle; dq_full / dq_empty mbarriers, 2 buffers, 1 in d = 64 unmasked
 //                          one-item launches); the buffer's dQ writer adds it into the fp32 (b, h, sq, d)
 //                          accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor .add, 64 x 32
@@ -61,14 +61,15 @@
 #include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
-#include "kernels/sm90/bwd/bwd_sm90_config.h"
-#include "kernels/sm90/bwd/bwd_sm90_producer.cuh"
-#include "kernels/sm90/bwd/bwd_sm90_scores.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_producer.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_scores.cuh"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
+#include "kernels/sm90/device_math.cuh"
+#include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::bwd {
 
@@ -83,9 +84,9 @@ struct BwdWgmmaKernel {
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
   // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). At d = 64
   // (128-row Q tiles double the dS buffers) the second one fits only because the dynamic shared-memory base is
-  // declared 1024-aligned (bwd_sm90_entry.cuh), so no alignment slack is allocated: exactly 227 KB. Measured at
-  // d = 64 (bench/results/2026-11-29-h200-bwd-d64-two-dq-buffers.json): +5..+7 % non-causal 512-2k, +2..+6 %
-  // causal, but -2..-5 % on unmasked items of 32+ Q tiles (non-causal 4k+), which keep one buffer.
+  // declared 1024-aligned (bwd_wgmma_entry.cuh), so no alignment slack is allocated: exactly 227 KB. It pays on
+  // short and masked items; unmasked one-item launches at d = 64 (items of many Q tiles, where the second buffer
+  // was slower) keep one buffer.
   static constexpr int kDqBuffers = (kHeadDim >= 128 || kMasked || kPersistentCtas) ? 2 : 1;
   // Persistent CTAs (bwd_schedule.h, BwdWorkRange; launched where bwd_persistent_pays): K, V double as the item
   // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
@@ -113,7 +114,7 @@ struct BwdWgmmaKernel {
     uint64_t dq_full[kDqBuffers][kConsumers];   // a warpgroup's piece is staged (one arrival per warp)
     uint64_t dq_empty[kDqBuffers][kConsumers];  // the buffer writer's reduce-adds have read it
   };
-  // No alignment slack: the entry's shared-memory base is declared __align__(1024) (bwd_sm90_entry.cuh checks it).
+  // No alignment slack: the entry's shared-memory base is declared __align__(1024) (bwd_wgmma_entry.cuh checks it).
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448, "backward tiles exceed the 227 KB shared-memory limit");
 
@@ -224,8 +225,8 @@ struct BwdWgmmaKernel {
   // (cp.reduce.async.bulk.tensor, 64 x 32 floats each; rows past seqlen_q are clipped). Deterministic mode first
   // waits on the (b, h, Q tile) semaphore for the pieces of every earlier n_block (grid_n_block), then for its
   // own additions to complete, and releases. Those waits stall only the writer: the buffer is handed back to the
-  // consumers as soon as TMA has read it, and with one writer per buffer two tiles' completion waits overlap (one
-  // writer measured slower than the tile: consumers waited on dq_empty for 20 % of their samples, d = 128, 16k).
+  // consumers as soon as TMA has read it, and with one writer per buffer two tiles' completion waits overlap (a
+  // single writer was slower than the tile and left the consumers waiting on dq_empty).
   static __device__ __forceinline__ void write_dq(const BwdWgmmaParams& P, SharedStorage& s, int writer,
                                                   BwdWorkRange work) {
     uint32_t tiles_before = 0;  // the CTA's tiles in earlier items: tile T is staged in buffer T % kDqBuffers
@@ -289,7 +290,7 @@ struct BwdWgmmaKernel {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * jn + e;
-        acc_s[i] = exp2f(acc_s[i] * p.scale_log2 - ((e & 1) ? lse2.y : lse2.x));
+        acc_s[i] = exp2f(acc_s[i] * p.log2_scale - ((e & 1) ? lse2.y : lse2.x));
       }
     }
     if (need_mask) apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
@@ -406,12 +407,7 @@ struct BwdWgmmaKernel {
       wgmma::commit_group();
 
       // ---- P^T and dS^T in place; masks only where the tile is cut by the band or the key tail ----
-      bool need_mask = n0 + kBlockN > p.seqlen_k;
-      if constexpr (kMasked) {
-        const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
-        const long long hi = static_cast<long long>(n0 + kBlockN - 1) - m0;    // largest
-        need_mask = need_mask || lo < p.band_lo || hi > p.band_hi;
-      }
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(p, m0, n0);
       uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];  // A fragments of dV, dK (k = queries)
       // dV += P^T dO: 64 keys x d, k = kBlockM queries; B MN-major.
       auto issue_dv = [&] {
@@ -423,8 +419,7 @@ struct BwdWgmmaKernel {
         wgmma::commit_group();
       };
       // Without softcap the exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before
-      // dS^T (H200, d = 64/128 unmasked: +4..8 % over one fused pass after both matmuls; the masked kernel with the
-      // fused pass measured equal at d = 64 and 10 % slower at d = 128, causal 1k..16k).
+      // dS^T: faster than one fused pass after both matmuls, which leaves the tensor cores idle during the exps.
       if constexpr (!kSoftcap) {
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);

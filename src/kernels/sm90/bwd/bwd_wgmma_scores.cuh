@@ -1,17 +1,17 @@
 // The element-wise pass of the wgmma backward kernels on their 64 x kBlockM S^T / dP^T accumulators: P^T, dS^T and
-// the mask (shared by bwd_sm90_kernel.cuh and bwd_sm90_hd256_kernel.cuh).
+// the mask (shared by bwd_wgmma_kernel.cuh and bwd_wgmma_hd256_kernel.cuh).
 #pragma once
 
-#include "kernels/sm90/bwd/bwd_kernel.cuh"  // tanh_accurate
 #include "kernels/sm90/bwd/bwd_params.h"
-#include "kernels/sm90/bwd/bwd_warp_ops.cuh"  // pack2
+#include "kernels/sm90/device_math.cuh"
+#include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::bwd {
 
 // Element i of the 64 x kBlockM accumulators is key key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) + 2 t + (i % 2).
 // Zeroes the elements the mask (or the key tail) hides. A separate pass that callers run only on tiles the mask
-// cuts (one branch per tile): a per-element `if (need_mask)` around the exps compiled to two branches per element
-// (64 per tile at kBlockM = 64 on every tile, 7-20 % of the masked kernel's speed). A select, not a product, so a
+// cuts (one branch per tile, tile_needs_mask): a per-element `if (need_mask)` around the exps compiled to two
+// branches per element on every tile, which slowed the masked kernel. A select, not a product, so a
 // hidden element's overflowed exp (inf, or NaN in dS) becomes 0 too.
 template <int kBlockM, bool kMasked>
 __device__ __forceinline__ void apply_mask(const BwdParams& p, float (&acc)[kBlockM / 2], int key_row, int m0, int t) {
@@ -47,11 +47,11 @@ __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const floa
       const int i = 4 * jn + e;
       float score_log2, dscore = 1.0f;
       if constexpr (kSoftcap) {
-        const float th = tanh_accurate(acc_s[i] * p.softcap_pre_scale);
-        score_log2 = p.softcap_log2 * th;
+        const float th = tanh_accurate(acc_s[i] * p.tanh_scale);
+        score_log2 = p.log2_scale * th;
         dscore = 1.0f - th * th;
       } else {
-        score_log2 = acc_s[i] * p.scale_log2;
+        score_log2 = acc_s[i] * p.log2_scale;
       }
       const float prob = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
       acc_s[i] = prob;

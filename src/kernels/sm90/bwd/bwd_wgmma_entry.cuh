@@ -1,4 +1,4 @@
-// The __global__ entry of the wgmma backward kernels (bwd_sm90_kernel.cuh, bwd_sm90_hd256_kernel.cuh): one CTA of
+// The __global__ entry of the wgmma backward kernels (bwd_wgmma_kernel.cuh, bwd_wgmma_hd256_kernel.cuh): one CTA of
 // `Kernel` on its 1024-byte aligned dynamic shared memory.
 #pragma once
 
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
 template <class Masked, class Unmasked>
 void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
   static_assert(Masked::kThreads == Unmasked::kThreads);
-  // Sizes may differ: d = 64 unmasked one-item launches stage dQ in one buffer (bwd_sm90_kernel.cuh, kDqBuffers).
+  // Sizes may differ: d = 64 unmasked one-item launches stage dQ in one buffer (bwd_wgmma_kernel.cuh, kDqBuffers).
   const int smem_bytes = masked ? Masked::kSmemBytes : Unmasked::kSmemBytes;
   auto* kernel = masked ? &bwd_wgmma_kernel<Masked> : &bwd_wgmma_kernel<Unmasked>;
   if (masked) detail::opt_in_shared_memory<&bwd_wgmma_kernel<Masked>>(smem_bytes);

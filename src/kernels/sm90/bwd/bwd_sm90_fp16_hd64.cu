@@ -1,4 +1,0 @@
-// One wgmma backward main-kernel instantiation: fp16, head_dim 64, masked and unmasked.
-#include "kernels/sm90/bwd/bwd_sm90_launch.cuh"
-
-template void flash4::sm90::launch_bwd_wgmma<__half, 64>(const flash4::sm90::bwd::BwdWgmmaParams&, bool, cudaStream_t);
