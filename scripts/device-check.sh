@@ -39,9 +39,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,
 for stage in $STAGES; do
   case $stage in
     build)
-      cmake -S . -B "$BUILD_DIR" -G Ninja -DFLASH4_CUDA=ON >"$OUT/build.log" 2>&1 &&
+      cmake -S . -B "$BUILD_DIR" -G Ninja -DFLASH4_CUDA=ON ${CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 &&
         cmake --build "$BUILD_DIR" -j 16 >>"$OUT/build.log" 2>&1
       summary+=("build: rc=$?")
+      grep -E "error" "$OUT/build.log" | head -20
       ;;
     test)
       # A deadlocked kernel must not eat the whole device call (rc 124 = the limit was hit).

@@ -138,38 +138,36 @@ struct FwdMainloop {
   }
 
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
+  // The rows' key windows are computed inside the masked branch: with them live across the loop, ptxas
+  // if-converted the mask into predicated instructions that every tile paid for.
   static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
-                                                      bool needs_mask, int key0, const int (&lo)[2],
-                                                      const int (&hi)[2], float (&factor)[2], int lane) {
+                                                      const TileKeys& keys, int n, int batch, int row0,
+                                                      float (&factor)[2], int lane) {
     if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
-    if (needs_mask) Softmax::apply_mask(acc_s, key0, lo, hi, lane);
+    if (keys.needs_mask(n)) {
+      int lo[2], hi[2];  // the key window of the thread's two rows (row0, row0 + 8)
+      const detail::SequenceMask m = Traits::sequence_mask(p, batch);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const detail::IndexRange kr = m.keys_of_row(row0 + 8 * r);
+        lo[r] = static_cast<int>(kr.lo);
+        hi[r] = static_cast<int>(kr.hi);
+      }
+      Softmax::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
+    }
     return softmax.template step<Traits::kPolyPer8>(acc_s, p.score.log2_scale, p.conditional_rescale, p.exp2_poly,
                                                     factor);
-  }
-
-  // The key window [lo, hi] of the thread's two rows (row0, row0 + 8).
-  static __device__ __forceinline__ void row_windows(const detail::SequenceMask& m, int row0, int (&lo)[2],
-                                                     int (&hi)[2]) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const detail::IndexRange kr = m.keys_of_row(row0 + 8 * r);
-      lo[r] = static_cast<int>(kr.lo);
-      hi[r] = static_cast<int>(kr.hi);
-    }
   }
 
   // One tile of this warpgroup's 64 rows, once its Q has arrived in Q buffer `qb`; `st` (K/V ring position)
   // carries over from tile to tile.
   static __device__ __forceinline__ void consume(const FwdParams& p, SharedStorage& s, int wg, FwdTile tile, int qb,
                                                  Ring& st) {
-    const detail::SequenceMask mask = Traits::sequence_mask(p, tile.batch);
-    const TileKeys keys = Traits::tile_keys(mask, tile.m_block);
+    // The mask ranges are per CTA, not per warpgroup: control values that differ between warpgroups made these
+    // kernels spill.
+    const TileKeys keys = Traits::tile_keys(Traits::sequence_mask(p, tile.batch), tile.m_block);
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
     const int row0 = tile.m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;  // rows row0 and row0 + 8
-    // Per-row key windows for the tiles that need masking. The mask ranges are per CTA, not per warpgroup: control
-    // values that differ between warpgroups made these kernels spill.
-    int lo[2], hi[2];
-    row_windows(mask, row0, lo, hi);
 
     const int num_tiles = keys.count();
     Turns turns(wg, Traits::kIntraWgOverlap ? num_tiles + 1 : num_tiles);  // matmul issue rounds
@@ -180,7 +178,7 @@ struct FwdMainloop {
     uint32_t p_frag[kBlockN / 16][4];
     float factor[2];
     auto softmax_of = [&](int n) {
-      return softmax_tile(p, softmax, acc_s, keys.needs_mask(n), n * kBlockN, lo, hi, factor, lane);
+      return softmax_tile(p, softmax, acc_s, keys, n, tile.batch, row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all

@@ -64,12 +64,8 @@ struct FwdStreamMainloop {
     bool in_second = false;  // the pending P (whose P V is not issued yet) is in p_frag2
     float factor[2];
     typename Loop::NoTurns no_turns;
-    // The row windows are computed only for the key tiles that need the mask (registers are scarce here).
     auto softmax_of = [&](const ConsumerTile& c, int n) {
-      int lo[2] = {0, 0}, hi[2] = {0, 0};
-      const bool needs_mask = c.keys.needs_mask(n);
-      if (needs_mask) Loop::row_windows(Traits::sequence_mask(p, c.batch), c.row0, lo, hi);
-      return Loop::softmax_tile(p, softmax, acc_s, needs_mask, n * kBlockN, lo, hi, factor, lane);
+      return Loop::softmax_tile(p, softmax, acc_s, c.keys, n, c.batch, c.row0, factor, lane);
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
