@@ -65,7 +65,9 @@ struct FwdStreamMainloop {
     float factor[2];
     typename Loop::NoTurns no_turns;
     auto softmax_of = [&](const ConsumerTile& c, int n) {
-      return Loop::softmax_tile(p, softmax, acc_s, c.keys, n, c.batch, c.row0, factor, lane);
+      return Loop::softmax_tile(
+          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); }, n, c.row0,
+          factor, lane);
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
