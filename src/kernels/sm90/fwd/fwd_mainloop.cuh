@@ -222,9 +222,10 @@ struct FwdMainloop {
       }
     }
     float inv[2], lse[2];
-    Epilogue::finish_rows(p, softmax, inv, lse);
-    const int seqlen_q = static_cast<int>(Traits::sequence_mask(p, tile.batch).seqlen_q);  // recomputed: no live mask
-    Epilogue::store_rows(p, tile.head, tile.batch, seqlen_q, acc_o, inv, lse, row0, lane);
+    Epilogue::finish_rows(p, softmax, tile.head, inv, lse);
+    const detail::SequenceInfo si = p.seq.info(tile.batch);  // read again: not kept live across the loop
+    Epilogue::store_rows(p, tile.head, tile.batch, si.q_offset, static_cast<int>(si.seqlen_q), acc_o, inv, lse, row0,
+                         lane);
   }
 };
 

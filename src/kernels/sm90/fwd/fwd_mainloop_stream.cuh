@@ -71,8 +71,8 @@ struct FwdStreamMainloop {
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
-      const int seqlen_q = static_cast<int>(Traits::sequence_mask(p, c.batch).seqlen_q);
-      Epilogue::store_rows(p, c.head, c.batch, seqlen_q, o, inv, lse, c.row0, lane);
+      const detail::SequenceInfo si = p.seq.info(c.batch);
+      Epilogue::store_rows(p, c.head, c.batch, si.q_offset, static_cast<int>(si.seqlen_q), o, inv, lse, c.row0, lane);
     };
 
     Ring st_pv;  // stage whose V the pending P multiplies
@@ -86,7 +86,7 @@ struct FwdStreamMainloop {
           softmax = Softmax{};
           Mma::zero_o(acc_o);
           float inv[2], lse[2];
-          Epilogue::finish_rows(p, softmax, inv, lse);
+          Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
           store(cur, acc_o, inv, lse);
           have = fetch(cur);
           continue;
@@ -117,7 +117,7 @@ struct FwdStreamMainloop {
       }
       // Tile end: its softmax is complete; the last P V is pending.
       float inv[2], lse[2];
-      Epilogue::finish_rows(p, softmax, inv, lse);
+      Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
       ConsumerTile next;
       const bool have_next = fetch(next);
       if (have_next && next.keys.count() > 0) {
