@@ -71,6 +71,7 @@ double round_to_dtype(double x, DType dtype) {
     case DType::kBFloat16:
       return round_to_bf16(f);
     case DType::kFloat32:
+    case DType::kInt32:  // not an attention dtype; no rounding beyond fp32
       break;
   }
   return f;

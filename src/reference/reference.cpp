@@ -160,6 +160,11 @@ void for_each_element(const TensorView& t, Fn&& fn) {
 std::vector<double> to_double(const TensorView& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
   switch (t.dtype) {
+    case DType::kInt32: {
+      const int32_t* src = static_cast<const int32_t*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = src[off]; });
+      break;
+    }
     case DType::kFloat32: {
       const float* src = static_cast<const float*>(t.data);
       for_each_element(t, [&](int64_t off, int64_t i) { out[i] = src[off]; });
@@ -184,6 +189,11 @@ std::vector<double> to_double(const TensorView& t) {
 void from_double(const std::vector<double>& src, const TensorView& dst) {
   if (static_cast<int64_t>(src.size()) != dst.numel()) throw std::invalid_argument("reference: size mismatch");
   switch (dst.dtype) {
+    case DType::kInt32: {
+      int32_t* out = static_cast<int32_t*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = static_cast<int32_t>(std::lround(src[i])); });
+      break;
+    }
     case DType::kFloat32: {
       float* out = static_cast<float*>(dst.data);
       for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = static_cast<float>(src[i]); });
