@@ -56,11 +56,11 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
   return s;
 }
 
-// ---- GPU feature gate: delete this function and its three call sites when the Hopper kernels run packed
-// batches (cu_seqlens, seqused) and the learnable sink. ----
+// ---- GPU backward feature gate: delete this function and its two call sites when the Hopper backward runs
+// packed batches (cu_seqlens, seqused) and the learnable sink. ----
 Support cuda_sequence_features(const detail::Problem& p) {
   if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.learnable_sink != nullptr)
-    return {false, "variable-length batches / learnable_sink are not yet supported on the GPU path"};
+    return {false, "variable-length batches / learnable_sink are not yet supported by the GPU backward"};
   return {};
 }
 
@@ -75,7 +75,6 @@ bool cpu_needs_backend(const detail::Problem& p) {
 Support can_implement(const ForwardArgs& args) {
   const detail::Problem p = detail::validate(args);
   if (is_cpu(args.q)) return {};  // the CPU path runs every valid configuration
-  if (const Support s = cuda_sequence_features(p); !s.ok) return s;
   return detail::cuda_can_forward(args, p);
 }
 
@@ -89,7 +88,6 @@ Support can_implement(const BackwardArgs& args) {
 void forward(const ForwardArgs& args, Stream stream) {
   const detail::Problem p = detail::validate(args);
   if (!is_cpu(args.q)) {
-    unsupported_on_cuda(cuda_sequence_features(p), "flash4::forward");
     unsupported_on_cuda(detail::cuda_can_forward(args, p), "flash4::forward");
     if (args.out.numel() == 0) return;
     detail::cuda_forward(args, p, stream);
