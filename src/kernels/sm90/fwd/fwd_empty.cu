@@ -28,7 +28,8 @@ LseView lse_view(const TensorView& t) {
   return {static_cast<float*>(t.data), t.stride[0], t.stride[1]};
 }
 
-// Row `row` of batch entry b, every head: out = 0 (zero bits are +0.0 in bf16 and fp16), LSE = the sink or -inf.
+// Row `row` of batch entry b, every head: out = 0 (zero bits are +0.0 in bf16 and fp16), LSE = the sink or -inf
+// (a row of a sequence without keys sees only its sink; a row in no sequence gets -inf).
 __device__ void clear_row(const RowsView& o, const LseView& l, const float* sink, int64_t b, int64_t row,
                           int64_t heads, int thread, int threads) {
   for (int64_t i = thread; i < heads * o.head_dim; i += threads) {
@@ -64,7 +65,7 @@ __global__ void clear_uncovered_rows(RowsView o, LseView l, const float* sink, d
     end = seq.total_q;
   }
   for (int64_t row = first; row < end; ++row)
-    clear_row(o, l, sink, packed ? 0 : b, row, heads, threadIdx.x, blockDim.x);
+    clear_row(o, l, nullptr, packed ? 0 : b, row, heads, threadIdx.x, blockDim.x);  // LSE -inf: in no sequence
 }
 
 }  // namespace
@@ -75,6 +76,7 @@ void launch_forward_no_keys(const ForwardArgs& args, const detail::Problem& p, c
   clear_all_rows<<<1024, 128, 0, stream>>>(rows_view(args.out), lse_view(args.lse), p.learnable_sink, batch,
                                            seqlen, p.heads);
   FLASH4_CUDA_CHECK_LAUNCH();
+  if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, stream);
 }
 
 void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 // Forward rows the attention kernel does not write. With no keys at all (seqlen_k = 0, which TMA cannot describe)
 // every row gets out = 0 and LSE = -inf (or the row's learnable sink). In a packed or seqused batch, rows that
-// take part in no sequence (past seqused_q, past cu_seqlens_q[batch]) get the same; the kernel covers the rest.
+// take part in no sequence (past seqused_q, past cu_seqlens_q[batch]) get out = 0 and LSE = -inf; the attention
+// kernel writes the rest.
 #pragma once
 
 #include <cuda_runtime.h>
