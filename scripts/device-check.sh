@@ -17,6 +17,8 @@
 #   ab     - A/B of this build against every carried devbin/old/flash4_bench_<tag> (other commits' builds):
 #            forward and backward at AB_SEQLENS (default 1024,4096,16384), AB_ROUNDS rounds (default 3) in
 #            alternating build order; table by bench/ab_table.py, JSON lines in DIR/ab.jsonl
+#   ab-src - builds the benchmark of every carried source tree devsrc/<tag> (other commits or kernel variants,
+#            bf16 kernels only, in parallel) into devbin/old/flash4_bench_<tag>, for the ab stage that follows
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
@@ -154,7 +156,10 @@ PY
         for entry in "${bins[@]}"; do
           tag=${entry%%:*}
           bin=${entry#*:}
-          for pass in "" "--backward"; do
+          passes=("" "--backward")
+          [[ ${AB_PASSES:-both} == forward ]] && passes=("")
+          [[ ${AB_PASSES:-both} == backward ]] && passes=("--backward")
+          for pass in "${passes[@]}"; do
             timeout "${AB_LIMIT_S:-150}" "$bin" $pass --seqlens "${AB_SEQLENS:-1024,4096,16384}" --iters 30 2>>"$OUT/ab.err" |
               sed "s/\"impl\": \"/\"round\": $round, \"impl\": \"${tag}_/" >>"$OUT/ab.jsonl"
           done
@@ -162,6 +167,21 @@ PY
       done
       summary+=("A/B: $(wc -l <"$OUT/ab.jsonl") timings")
       python3 bench/ab_table.py "$OUT/ab.jsonl" --old "${AB_OLD:-old}" | tee "$OUT/ab-table.txt"
+      ;;
+    ab-src)
+      mkdir -p devbin/old
+      pids=()
+      for src in devsrc/*/; do
+        tag=$(basename "$src")
+        (cmake -S "$src" -B "build-ab-$tag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH4_CUDA=ON -DFLASH4_DTYPES=bf16 \
+           -DFLASH4_BUILD_TESTS=ON -DFLASH4_BUILD_APPS=OFF -DFLASH4_BUILD_BENCH=ON -DFLASH4_BENCH_VARIANTS=OFF &&
+           cmake --build "build-ab-$tag" --target flash4_bench &&
+           cp "build-ab-$tag/bench/flash4_bench" "devbin/old/flash4_bench_$tag") >"$OUT/ab-src-$tag.log" 2>&1 &
+        pids+=($!)
+      done
+      built=0
+      for pid in "${pids[@]}"; do wait "$pid" && built=$((built + 1)); done
+      summary+=("ab-src: built $built of ${#pids[@]} source trees")
       ;;
     ab-bwd)
       # A hung build (a deadlock in a WIP kernel) must not eat the whole device call: each run has its own limit.

@@ -25,7 +25,16 @@ struct FwdEpilogue {
                                                      float (&inv)[2], float (&lse)[2]) {
     float row_sum[2];
     softmax.finish(row_sum);
-    const float sink_log2 = p.learnable_sink != nullptr ? p.learnable_sink[head] * detail::kLog2e : -INFINITY;
+    if (p.learnable_sink == nullptr) {  // the common case, without the sink's extra exp2 per row
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const bool empty = softmax.m_ref[r] == -INFINITY || !(row_sum[r] > 0.0f);
+        inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
+        lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.score.log2_scale + __log2f(row_sum[r])) * detail::kLn2;
+      }
+      return;
+    }
+    const float sink_log2 = p.learnable_sink[head] * detail::kLog2e;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // A row that saw no unmasked key (m_ref = -inf) has out = 0 and LSE = -inf, or the sink's logit.
