@@ -139,8 +139,8 @@ struct FwdMainloop {
 
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
   // The rows' key windows are computed inside the masked branch (kept live across the loop they made ptxas
-  // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns,
-  // recomputed from the parameters: a band kept in registers across the loop slowed the d = 256 kernel too.
+  // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns:
+  // kept in registers where that measured faster (Traits::kKeepBand), else recomputed from the parameters.
   template <class BandOf>
   static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
                                                       const TileKeys& keys, BandOf&& band_of, int n, int row0,
@@ -165,6 +165,7 @@ struct FwdMainloop {
     // kernels spill.
     const detail::SequenceMask mask = Traits::sequence_mask(p, tile.batch);
     const TileKeys keys = Traits::tile_keys(mask, tile.m_block);
+    const typename Traits::TileBand kept_band = Traits::kKeepBand ? Traits::tile_band(mask) : typename Traits::TileBand{};
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
     const int row0 = tile.m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;  // rows row0 and row0 + 8
 
@@ -177,8 +178,11 @@ struct FwdMainloop {
     uint32_t p_frag[kBlockN / 16][4];
     float factor[2];
     auto softmax_of = [&](int n) {
-      return softmax_tile(p, softmax, acc_s, keys,
-                          [&] { return Traits::tile_band(Traits::sequence_mask(p, tile.batch)); }, n, row0, factor, lane);
+      auto band_of = [&] {
+        if constexpr (Traits::kKeepBand) return kept_band;
+        else return Traits::tile_band(Traits::sequence_mask(p, tile.batch));
+      };
+      return softmax_tile(p, softmax, acc_s, keys, band_of, n, row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all

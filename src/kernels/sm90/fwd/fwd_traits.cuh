@@ -56,6 +56,10 @@ struct FwdTraits {
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kLargeAccumulators ? 240 : 232;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536);
 
+  // Whether `consume` keeps a tile's mask band in registers across its key loop or recomputes it on the tiles
+  // that need the mask: keeping it pays at d = 64 and costs the d = 256 kernel (O fills its registers).
+  static constexpr bool kKeepBand = kHeadDim <= 64;
+
   using Softmax = FwdSoftmax<kBlockN>;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
