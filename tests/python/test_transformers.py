@@ -1,5 +1,5 @@
 """flash4 inside Hugging Face transformers: a small randomly initialised Llama-architecture model (built from a
-config, nothing downloaded) with attn_implementation="flash4" against the same weights with "sdpa" and "eager":
+config, nothing downloaded) with attn_implementation="f4" (flash4) against the same weights with "sdpa" and "eager":
 logits of a plain batch, of a padded batch, of a padding-free packed batch (position_ids, which must equal the
 padded batch's logits per document), and the gradients of a training step. CPU in CI; CUDA on a Hopper GPU."""
 
@@ -30,8 +30,7 @@ def tiny_llama(attn_implementation, device, seed=0):
 
 
 def pair(device, other="sdpa"):
-    f4hf.register()
-    ours = tiny_llama("flash4", device)
+    ours = tiny_llama(f4hf.register(), device)
     theirs = tiny_llama(other, device)
     theirs.load_state_dict(ours.state_dict())
     return ours, theirs

@@ -1,8 +1,8 @@
 """flash4 as an attention implementation of Hugging Face transformers.
 
     import flash4.integrations.transformers as f4hf
-    f4hf.register()                                     # once; name "flash4"
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="flash4")
+    name = f4hf.register()                              # once; "f4"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
 
 What the model hands the attention function decides the path, as in transformers' own flash-attention
 integration: precomputed cu_seq_lens_q/k (e.g. DataCollatorWithFlattening) or position_ids that restart inside
@@ -16,7 +16,8 @@ import torch
 
 import flash4
 
-NAME = "flash4"
+# Not "flash4": transformers treats any implementation name containing "flash" as a flash-attn kernel to load.
+NAME = "f4"
 
 
 def _window(sliding_window, is_causal):
