@@ -121,3 +121,35 @@ def test_packed_training_step_matches_per_document(device):
         torch.nn.functional.cross_entropy(logits[:-1], doc[1:], reduction="sum").backward()
     for g, p in zip(packed, ours.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gpt_oss_sinks_and_sliding_window_match_eager(device):
+    """gpt-oss attention: learnable sinks (s_aux -> learnable_sink) and sliding-window layers; logits and every
+    gradient (the sinks' included) equal eager attention's."""
+    skip_if_gpu_unsupported(device)
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no gpt-oss")
+    config = transformers.GptOssConfig(vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                                       num_experts_per_tok=2, sliding_window=8, max_position_embeddings=128,
+                                       layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(config).to(device=device, dtype=torch.float32)
+    sinks = [m.sinks for m in model.modules() if hasattr(m, "sinks")]
+    assert sinks, "gpt-oss attention without sinks"
+    with torch.no_grad():
+        for s in sinks:
+            s.normal_()
+    ids = torch.randint(0, 97, (2, 21), device=device)
+    results = []
+    for implementation in ("eager", f4hf.register()):
+        model.set_attn_implementation(implementation)
+        model.zero_grad()
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        results.append((out.logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    assert all(s.grad is not None and s.grad.abs().sum() > 0 for s in sinks)
