@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy
 
 from ._native import _C
+from ._offsets import check_varlen_offsets, offsets_check_requested
 
 _LAYOUT = "(batch, seqlen, heads, head_dim)"
 _EXP2_MODES = {"auto": 0, "exact": 1, "polynomial": 2}
@@ -175,8 +176,10 @@ def flash_attn_varlen_func(
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
     flash_attn_func; lse is (heads, total_q). CPU offsets are checked; CUDA ones are clamped by the kernels (see
-    docs/api.md).
+    docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too (check_varlen_offsets).
     """
+    if offsets_check_requested():
+        check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     if dropout_p != 0.0:
         raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
     if alibi_slopes is not None:

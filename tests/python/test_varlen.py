@@ -369,3 +369,21 @@ def test_cuda_graph_capture_varlen_forward_backward():
     assert torch.equal(captured, eager)
     for t, g in zip((q, k, v, sink), eager_grads):
         torch.testing.assert_close(t.grad, g, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opt_in_host_check_of_offsets(device, monkeypatch):
+    """check_varlen_offsets (and FLASH4_CHECK_OFFSETS=1 in flash_attn_varlen_func) validates offsets that live on
+    the GPU on the host, with the library's messages."""
+    q = torch.randn(10, 2, 32, device=device)
+    good = offsets([4, 6], device)
+    flash4.check_varlen_offsets(q, q, good, good, 6, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        flash4.check_varlen_offsets(q, q, torch.tensor([0, 7, 6], dtype=torch.int32, device=device), good, 7, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_k\\[2\\] = 12 exceeds k.shape\\[0\\] \\(total_k\\) = 10"):
+        flash4.check_varlen_offsets(q, q, good, torch.tensor([0, 6, 12], dtype=torch.int32, device=device), 6, 6)
+    with pytest.raises(ValueError, match="seqused_q\\[1\\] = 7 but must be in \\[0, 6\\]"):
+        flash4.check_varlen_offsets(q, q, good, good, 6, 6, seqused_q=torch.tensor([1, 7], device=device))
+    monkeypatch.setenv("FLASH4_CHECK_OFFSETS", "1")
+    with pytest.raises(ValueError, match="segment 1 of cu_seqlens_q has 6 tokens but max_seqlen_q = 5"):
+        flash4.flash_attn_varlen_func(q, q, q, good, good, 5, 6)
