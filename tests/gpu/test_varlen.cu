@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/attention_case.h"
 #include "common/problem_builder.h"
 #include "common/tolerance_assertion.h"
 #include "common/varlen_case.h"
@@ -270,6 +271,43 @@ TEST(VarlenGpuDeterminism, EqualsPerSequenceDenseCalls) {
     for (size_t i = 0; i < udk.size(); ++i) ASSERT_EQ(udk[i], dk[k0 * s.heads_kv * d + i]) << "dk, segment " << b;
     q0 += sq;
     k0 += sk;
+  }
+}
+
+// The learnable sink on dense batches (dsink included), mirroring the CPU forward/backward sink cases: GQA with
+// key-less rows under causal (lse = sink there), softcap + window, a dominant sink; every head dim.
+TEST(DenseSinkGpu, ForwardAndBackwardMatchReference) {
+  FLASH4_REQUIRE_GPU();
+  std::vector<CaseSpec> specs;
+  for (int64_t d : {64, 128, 256}) {
+    specs.push_back(with(make_spec(2, 150, 60, 8, 2, d, kBF16, true), [](CaseSpec& s) { s.sink = true; }));
+    specs.push_back(with(make_spec(1, 300, 300, 4, 1, d, kF16), [](CaseSpec& s) {
+      s.sink = true, s.softcap = 10.0f, s.input_stddev = 3.0, s.window_left = 40, s.window_right = 0;
+    }));
+    specs.push_back(with(make_spec(1, 200, 200, 2, 2, d, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
+  }
+  for (const CaseSpec& s : specs) {
+    SCOPED_TRACE(s.name());
+    FLASH4_TEST_RNG(rng);
+    AttentionTensors t = make_tensors(s, rng, true);
+    DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), sink(*t.sink), dsink(*t.dsink);
+    DeviceMirror dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv);
+    ForwardArgs f = t.forward_args(s);
+    f.q = q.view(), f.k = k.view(), f.v = v.view(), f.out = out.view(), f.lse = lse.view();
+    f.learnable_sink = sink.view();
+    ASSERT_TRUE(can_implement(f).ok) << can_implement(f).reason;
+    forward(f);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    FLASH4_TEST_CUDA(out.download());
+    FLASH4_TEST_CUDA(lse.download());
+    EXPECT_TRUE(check_forward(s, t, rng));
+    BackwardArgs b = t.backward_args(s);  // on the GPU forward's out and lse
+    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.learnable_sink = f.learnable_sink;
+    b.dout = dout.view(), b.dq = dq.view(), b.dk = dk.view(), b.dv = dv.view(), b.dsink = dsink.view();
+    backward(b);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    for (DeviceMirror* m : {&dq, &dk, &dv, &dsink}) FLASH4_TEST_CUDA(m->download());
+    EXPECT_TRUE(check_backward(s, t));
   }
 }
 
