@@ -18,7 +18,9 @@
 //   Host-resident offsets (CPU tensors) are checked exactly: cu[0] == 0, non-decreasing, cu[batch] <= total,
 //   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host (that
 //   would need a synchronisation): the kernels clamp offsets to [0, total] and lengths to the maxima and to the
-//   tensor's end, so bad values give wrong results but never an out-of-bounds access.
+//   tensor's end, so bad values give wrong results but never an out-of-bounds access. (Python's opt-in host
+//   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
+//   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
 // scaled nor softcapped) that carries no value to every row's softmax denominator, dense or packed. LSE
 // includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,

@@ -56,12 +56,19 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
   return s;
 }
 
-// ---- GPU backward feature gate: delete this function and its two call sites when the Hopper backward runs
-// packed batches (cu_seqlens, seqused) and the learnable sink. ----
+// ---- GPU backward feature gate: delete this function and its use in cuda_can below when the Hopper backward
+// runs packed batches (cu_seqlens, seqused) and the learnable sink. ----
 Support cuda_sequence_features(const detail::Problem& p) {
   if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.learnable_sink != nullptr)
     return {false, "variable-length batches / learnable_sink are not yet supported by the GPU backward"};
   return {};
+}
+
+// What the CUDA backend can run (for the backward, the gate above first).
+Support cuda_can(const ForwardArgs& args, const detail::Problem& p) { return detail::cuda_can_forward(args, p); }
+Support cuda_can(const BackwardArgs& args, const detail::Problem& p) {
+  if (const Support s = cuda_sequence_features(p); !s.ok) return s;
+  return detail::cuda_can_backward(args, p);
 }
 
 // Whether the CPU backend must see the call even when it has no (query, key) pair: only the backend knows which
@@ -75,20 +82,19 @@ bool cpu_needs_backend(const detail::Problem& p) {
 Support can_implement(const ForwardArgs& args) {
   const detail::Problem p = detail::validate(args);
   if (is_cpu(args.q)) return {};  // the CPU path runs every valid configuration
-  return detail::cuda_can_forward(args, p);
+  return cuda_can(args, p);
 }
 
 Support can_implement(const BackwardArgs& args) {
   const detail::Problem p = detail::validate(args);
   if (is_cpu(args.q)) return {};
-  if (const Support s = cuda_sequence_features(p); !s.ok) return s;
-  return detail::cuda_can_backward(args, p);
+  return cuda_can(args, p);
 }
 
 void forward(const ForwardArgs& args, Stream stream) {
   const detail::Problem p = detail::validate(args);
   if (!is_cpu(args.q)) {
-    unsupported_on_cuda(detail::cuda_can_forward(args, p), "flash4::forward");
+    unsupported_on_cuda(cuda_can(args, p), "flash4::forward");
     if (args.out.numel() == 0) return;
     detail::cuda_forward(args, p, stream);
     return;
@@ -111,8 +117,7 @@ void backward(const BackwardArgs& args, Stream stream) {
   const bool no_outputs =
       args.dq.numel() == 0 && args.dk.numel() == 0 && args.dv.numel() == 0 && args.dsink.numel() == 0;
   if (!is_cpu(args.q)) {
-    unsupported_on_cuda(cuda_sequence_features(p), "flash4::backward");
-    unsupported_on_cuda(detail::cuda_can_backward(args, p), "flash4::backward");
+    unsupported_on_cuda(cuda_can(args, p), "flash4::backward");
     if (no_outputs) return;
     detail::cuda_backward(args, p, stream);
     return;
