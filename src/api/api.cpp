@@ -57,10 +57,11 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
 }
 
 // ---- GPU backward feature gate: delete this function and its use in cuda_can below when the Hopper backward
-// runs packed batches (cu_seqlens, seqused) and the learnable sink. ----
+// runs packed batches (cu_seqlens) and seqused. ----
 Support cuda_sequence_features(const detail::Problem& p) {
-  if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.learnable_sink != nullptr)
-    return {false, "variable-length batches / learnable_sink are not yet supported by the GPU backward"};
+  if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr)
+    return {false, "variable-length batches (cu_seqlens, seqused) are not yet supported by the GPU backward; the "
+                   "GPU forward and the CPU path support them"};
   return {};
 }
 

@@ -267,6 +267,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.tanh_scale = score.tanh_scale;
   params.log2_scale = score.log2_scale;
   params.deterministic = args.deterministic;
+  params.learnable_sink = p.learnable_sink;
+  params.dsink = args.dsink.data != nullptr ? static_cast<float*>(args.dsink.data) : nullptr;
   if (args.deterministic && wgmma) {
     // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
     // work on the GPU.
@@ -316,6 +318,14 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   if (rows > 0) {
     if (bf16) launch_prepost<__nv_bfloat16>(params, rows, /*post=*/false, s);
     else launch_prepost<__half>(params, rows, /*post=*/false, s);
+  }
+  if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
+    if (rows > 0) {
+      sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      FLASH4_CUDA_CHECK_LAUNCH();
+    } else {
+      FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));
+    }
   }
   // The main kernel also writes dK = dV = 0 when no query can see a key tile (seqlen_q == 0, heads == 0, masks).
   if (params.n_blocks > 0 && p.batch > 0) {
