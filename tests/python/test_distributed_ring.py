@@ -6,6 +6,7 @@ raise within the timeout."""
 
 import datetime
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -48,11 +49,11 @@ def _inputs(seed, seqlen, heads, heads_kv, head_dim, dtype=torch.float32):
     return q, k, v, dout
 
 
-def _ring(q, k, v, dout, layout, **options):
+def _ring(group, q, k, v, dout, layout, **options):
     """(out, lse, dq, dk, dv) of the ring on this rank's shards of the full tensors."""
-    q, k, v, dout = (f4d.shard_sequence(t, layout=layout) for t in (q, k, v, dout))
+    q, k, v, dout = (f4d.shard_sequence(t, group, layout=layout) for t in (q, k, v, dout))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out, lse = f4d.ring_flash_attn_func(q, k, v, layout=layout, return_lse=True, **options)
+    out, lse = f4d.ring_flash_attn_func(q, k, v, group, layout=layout, return_lse=True, **options)
     out.backward(dout)
     return out.detach(), lse, q.grad, k.grad, v.grad
 
@@ -70,72 +71,66 @@ def _shard_of_single(single, layout, rank, world_size):
                  for n, t in enumerate((out, lse, dq, dk, dv)))
 
 
-def check_cases(rank, world_size):
-    """Every case of CASES on this rank: the ring equals the single-process call within fp32 rounding."""
-    worst = {}
+def check_cases(group):
+    """Every case of CASES: the ring equals the single-process call within fp32 rounding. Failures are
+    collected and raised after the last case, so that every rank makes every ring call (no rank stalls its
+    peers)."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    worst, failures = {}, []
     for n, (name, layout, heads, heads_kv, head_dim, causal, window, softcap) in enumerate(CASES):
         seqlen = LOCAL_SEQLEN * world_size
         q, k, v, dout = _inputs(100 + n, seqlen, heads, heads_kv, head_dim)
         options = dict(causal=causal, window_size=window, softcap=softcap)
-        ring = _ring(q, k, v, dout, layout, **options)
+        ring = _ring(group, q, k, v, dout, layout, **options)
         expected = _shard_of_single(_single(q, k, v, dout, **options), layout, rank, world_size)
         for what, got, want in zip(("out", "lse", "dq", "dk", "dv"), ring, expected):
-            assert got.shape == want.shape and got.dtype == want.dtype, (name, what, got.shape, want.shape)
+            if got.shape != want.shape or got.dtype != want.dtype:
+                failures.append(f"{name}: {what} is {got.dtype} {tuple(got.shape)}, want {want.dtype} "
+                                f"{tuple(want.shape)}")
+                continue
             scale = max(float(want.abs().max()), 1.0)
             error = float((got - want).abs().max())
             worst[what] = max(worst.get(what, 0.0), error / scale)
             # fp32 rounding of another summation order over <= 4 ring blocks (measured: <= 1.3e-6 relative).
-            assert error <= 1e-5 * scale, f"{name}: {what} differs by {error:.3g} (max |ref| {scale:.3g})"
+            if not error <= 1e-5 * scale:
+                failures.append(f"{name}: {what} differs by {error:.3g} (max |ref| {scale:.3g})")
+    assert not failures, "\n".join(failures)
     return worst
 
 
-def check_deterministic_and_bf16(rank, world_size):
+def check_deterministic_and_bf16(group):
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     seqlen = LOCAL_SEQLEN * world_size
     # Deterministic: two runs are bit-identical (the merge and accumulation orders are fixed by the ring).
     q, k, v, dout = _inputs(7, seqlen, 4, 2, 16)
     options = dict(causal=True, window_size=(6, -1), deterministic=True)
-    first = _ring(q, k, v, dout, "zigzag", **options)
-    second = _ring(q, k, v, dout, "zigzag", **options)
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
+    first = _ring(group, q, k, v, dout, "zigzag", **options)
+    second = _ring(group, q, k, v, dout, "zigzag", **options)
+    identical = [torch.equal(a, b) for a, b in zip(first, second)]
     # bf16 against the fp64 reference: within twice the single-process flash4 call's own error plus atol.
     q, k, v, dout = _inputs(8, seqlen, 4, 2, 32, dtype=torch.bfloat16)
-    options = dict(causal=True)
-    single = _shard_of_single(tuple(t.float() for t in _single(q, k, v, dout, **options)), "zigzag", rank,
+    single = _shard_of_single(tuple(t.float() for t in _single(q, k, v, dout, causal=True)), "zigzag", rank,
                               world_size)
-    got = _ring(q, k, v, dout, "zigzag", **options)
-    ref_out, ref_lse = attention(*(t.float().numpy() for t in (q, k, v)), causal=True)
-    ours = f4d.shard_sequence_for_rank(torch.from_numpy(ref_out), rank, world_size, "zigzag")
-    ours_lse = f4d.shard_sequence_for_rank(torch.from_numpy(ref_lse), rank, world_size, "zigzag", dim=2)
-    check_tolerance("ring out", got[0].double().numpy(), ours.numpy(), single[0].double().numpy(), "bfloat16")
-    check_tolerance("ring lse", got[1].double().numpy(), ours_lse.numpy(), single[1].double().numpy(), "float32")
+    got = _ring(group, q, k, v, dout, "zigzag", causal=True)
     # Without return_lse the ring returns the output alone, like flash_attn_func.
-    plain = f4d.ring_flash_attn_func(*(f4d.shard_sequence(t) for t in (q, k, v)), causal=True)
+    plain = f4d.ring_flash_attn_func(*(f4d.shard_sequence(t, group) for t in (q, k, v)), group, causal=True)
+    assert all(identical), f"deterministic runs differ in (out, lse, dq, dk, dv): {identical}"
+    ref_out, ref_lse = attention(*(t.float().numpy() for t in (q, k, v)), causal=True)
+    ref_out = f4d.shard_sequence_for_rank(torch.from_numpy(ref_out), rank, world_size, "zigzag")
+    ref_lse = f4d.shard_sequence_for_rank(torch.from_numpy(ref_lse), rank, world_size, "zigzag", dim=2)
+    check_tolerance("ring out", got[0].double().numpy(), ref_out.numpy(), single[0].double().numpy(), "bfloat16")
+    check_tolerance("ring lse", got[1].double().numpy(), ref_lse.numpy(), single[1].double().numpy(), "float32")
     assert isinstance(plain, torch.Tensor) and torch.equal(plain, got[0])
     return True
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_ring_equals_single_process(world_size, tmp_path):
-    worst = values_or_fail(run_on_ranks(check_cases, world_size, tmp_path))
-    assert len(worst) == world_size
-
-
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_ring_deterministic_and_bf16(world_size, tmp_path):
-    values_or_fail(run_on_ranks(check_deterministic_and_bf16, world_size, tmp_path))
-
-
-# ---- errors ----------------------------------------------------------------------------------------------
-
-
-def mismatched_calls(rank, world_size):
-    """Calls in which the ranks disagree; returns the message each raised (all ranks must raise)."""
+def mismatched_calls(group):
+    """Calls in which the ranks disagree; returns (message, seconds) of the ValueError each raised."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     messages = []
-    base = dict(heads=2, head_dim=16)
 
     def shards(seqlen, dtype=torch.float32):
-        q = torch.randn(1, seqlen, base["heads"], base["head_dim"], dtype=dtype)
+        q = torch.randn(1, seqlen, 2, 16, dtype=dtype)
         return q, q.clone(), q.clone()
 
     scenarios = [
@@ -148,7 +143,7 @@ def mismatched_calls(rank, world_size):
     for (q, k, v), options in scenarios:
         start = time.monotonic()
         try:
-            f4d.ring_flash_attn_func(q, k, v, layout="zigzag", timeout=20, **options)
+            f4d.ring_flash_attn_func(q, k, v, group, layout="zigzag", timeout=20, **options)
         except ValueError as error:
             messages.append((str(error), time.monotonic() - start))
         else:
@@ -156,39 +151,110 @@ def mismatched_calls(rank, world_size):
     return messages
 
 
-def test_mismatched_ranks_raise_on_every_rank(tmp_path):
-    values = values_or_fail(run_on_ranks(mismatched_calls, 3, tmp_path))
+def one_rank(group):
+    """A group of one rank: the plain call, bit for bit."""
+    q, k, v, dout = _inputs(3, 16, 4, 2, 16)
+    for layout in ("contiguous", "zigzag"):
+        ring = _ring(group, q, k, v, dout, layout, causal=True, window_size=(5, -1))
+        single = _single(q, k, v, dout, causal=True, window_size=(5, -1))
+        assert all(torch.equal(a, b) for a, b in zip(ring, single))
+    return True
+
+
+def missing_rank(group):
+    """The group's rank 1 never calls; its rank 0 must raise within its 3 s timeout, not wait forever."""
+    if dist.get_rank(group) == 1:
+        time.sleep(5)  # stays in the group (alive) without calling
+        return None
+    q = torch.randn(1, 8, 2, 16)
+    start = time.monotonic()
+    try:
+        f4d.ring_flash_attn_func(q, q, q, group, timeout=datetime.timedelta(seconds=3))
+    except RuntimeError as error:
+        return (type(error).__name__, str(error)[:300], time.monotonic() - start)
+    return ("no error", "", time.monotonic() - start)
+
+
+# Each part runs on a group of the spawned world of 4 ranks: (name, ranks of the group, function). Subgroups
+# that do not start at rank 0 check that the ring maps group ranks to global ranks. The part that times out
+# runs last (a group that timed out may not be used again).
+PARTS = [
+    ("world-4", [0, 1, 2, 3], check_cases),
+    ("world-4-deterministic-bf16", [0, 1, 2, 3], check_deterministic_and_bf16),
+    ("world-2", [0, 1], check_cases),
+    ("world-3", [1, 2, 3], check_cases),
+    ("world-3-deterministic-bf16", [1, 2, 3], check_deterministic_and_bf16),
+    ("world-2-deterministic-bf16", [2, 3], check_deterministic_and_bf16),
+    ("mismatch", [0, 2, 3], mismatched_calls),
+    ("one-rank", [1], one_rank),
+    ("missing-rank", [1, 2], missing_rank),
+]
+SPAWNED_WORLD = 4
+
+
+def run_parts(rank, world_size):
+    """Every part on this rank: {part: ("ok", value) or ("error", traceback)} for the parts it is in."""
+    groups = [dist.new_group(ranks) for _, ranks, _ in PARTS]  # every rank creates every group, in order
+    results = {}
+    for (name, ranks, fn), group in zip(PARTS, groups):
+        if rank not in ranks:
+            continue
+        try:
+            results[name] = ("ok", fn(group))
+        except Exception:  # noqa: BLE001 (reported by the test of this part)
+            results[name] = ("error", traceback.format_exc())
+    return results
+
+
+@pytest.fixture(scope="module")
+def part_results(tmp_path_factory):
+    """{part: {global rank: value}} from one spawned world (starting processes costs more than the parts)."""
+    reports = values_or_fail(run_on_ranks(run_parts, SPAWNED_WORLD, tmp_path_factory.mktemp("ring")))
+    return {name: {rank: reports[rank][name] for rank in ranks} for name, ranks, _ in PARTS}
+
+
+def _values(part_results, name):
+    failures = [f"rank {r}:\n{v}" for r, (status, v) in sorted(part_results[name].items()) if status != "ok"]
+    assert not failures, f"{name}:\n" + "\n".join(failures)
+    return {r: v for r, (_, v) in part_results[name].items()}
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_equals_single_process(part_results, world_size):
+    worst = _values(part_results, f"world-{world_size}")
+    assert len(worst) == world_size and all(len(w) == 5 for w in worst.values())
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_deterministic_and_bf16(part_results, world_size):
+    assert all(_values(part_results, f"world-{world_size}-deterministic-bf16").values())
+
+
+def test_one_rank_group_is_the_plain_call(part_results):
+    assert _values(part_results, "one-rank") == {1: True}
+
+
+def test_mismatched_ranks_raise_on_every_rank(part_results):
+    values = _values(part_results, "mismatch")
     expected = ["disagree on q.shape[1] (rank 0: 8, rank 1: 6, rank 2: 8)",
                 "disagree on q.dtype (rank 0: torch.float32, rank 1: torch.float32, rank 2: torch.float64)",
                 "disagree on causal (rank 0: 1, rank 1: 0, rank 2: 0)",
                 "disagree on window_left (rank 0: 4, rank 1: 5, rank 2: 5)",
                 "layout 'zigzag' needs a local sequence length divisible by 2, got q.shape[1] = 7"]
+    assert len(values) == 3
     for rank, messages in values.items():
+        assert len(messages) == len(expected)
         for want, (message, seconds) in zip(expected, messages):
             assert message is not None, f"rank {rank}: no error for '{want}'"
             assert want in message, f"rank {rank}: {message!r} lacks {want!r}"
             assert seconds < 20, f"rank {rank}: the error took {seconds:.1f} s"
 
 
-def missing_rank(rank, world_size):
-    """Rank 1 never calls; rank 0 must raise within its 3 s timeout instead of waiting forever."""
-    if rank == 1:
-        time.sleep(8)  # stays in the group (alive) without calling
-        return None
-    q = torch.randn(1, 8, 2, 16)
-    start = time.monotonic()
-    try:
-        f4d.ring_flash_attn_func(q, q, q, timeout=datetime.timedelta(seconds=3))
-    except RuntimeError as error:
-        return (type(error).__name__, str(error)[:300], time.monotonic() - start)
-    return ("no error", "", time.monotonic() - start)
-
-
-def test_missing_rank_times_out(tmp_path):
-    values = values_or_fail(run_on_ranks(missing_rank, 2, tmp_path, group_timeout_s=60))
-    name, message, seconds = values[0]
-    assert name != "no error", "rank 0 returned although rank 1 never called"
-    assert 2.5 <= seconds < 15, f"rank 0 raised after {seconds:.1f} s ({name}: {message})"
+def test_missing_rank_times_out(part_results):
+    values = _values(part_results, "missing-rank")
+    name, message, seconds = values[1]  # group rank 0 is global rank 1
+    assert name != "no error", "group rank 0 returned although group rank 1 never called"
+    assert 2.5 <= seconds < 15, f"group rank 0 raised after {seconds:.1f} s ({name}: {message})"
 
 
 def test_no_process_group_is_a_clear_error():
@@ -197,21 +263,6 @@ def test_no_process_group_is_a_clear_error():
     with pytest.raises(RuntimeError, match="torch.distributed is not initialized; call torch.distributed."
                                            "init_process_group"):
         f4d.ring_flash_attn_func(q, q, q)
-
-
-def test_one_rank_group_is_the_plain_call(tmp_path):
-    values = values_or_fail(run_on_ranks(one_rank, 1, tmp_path))
-    assert values[0] is True
-
-
-def one_rank(rank, world_size):
-    q, k, v, dout = _inputs(3, 16, 4, 2, 16)
-    for layout in ("contiguous", "zigzag"):
-        ring = _ring(q, k, v, dout, layout, causal=True, window_size=(5, -1))
-        single = _single(q, k, v, dout, causal=True, window_size=(5, -1))
-        for a, b in zip(ring, single):
-            assert torch.equal(a, b)
-    return True
 
 
 def test_reference_inputs_are_not_trivial():
