@@ -4,7 +4,7 @@ attention overlaps with its computation."""
 
 import datetime
 import struct
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, Sequence
 
 import torch
 import torch.distributed as dist
@@ -12,13 +12,32 @@ import torch.distributed as dist
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
-class Ring(NamedTuple):
-    group: Optional[object]
-    rank: int  # in the group
-    world_size: int
-    next_rank: int  # global ranks of the neighbours (point-to-point ops take global ranks)
-    prev_rank: int
-    timeout: Optional[datetime.timedelta]  # for waits; None = the group's own timeout
+class Ring:
+    """This rank's place in the ring of a process group, and its exchange with the neighbours."""
+
+    def __init__(self, group, rank, world_size, next_rank, prev_rank, timeout):
+        self.group = group
+        self.rank = rank  # in the group
+        self.world_size = world_size
+        self.next_rank = next_rank  # global ranks of the neighbours (point-to-point ops take global ranks)
+        self.prev_rank = prev_rank
+        self.timeout = timeout  # datetime.timedelta for waits; None = the group's own timeout
+
+    def wait(self, work):
+        if self.timeout is None:
+            work.wait()
+        else:
+            work.wait(self.timeout)
+
+    def start_exchange(self, tensors: Sequence[torch.Tensor], tag: int) -> "PendingExchange":
+        """Sends `tensors` (contiguous) to the next rank and receives tensors of the same shapes and dtypes
+        from the previous one, asynchronously. `tag` separates the ring's message streams (K/V, dK/dV) on
+        backends that match messages by tag; streams started in the same order on every rank also match on
+        those that do not (NCCL)."""
+        received = [torch.empty_like(t) for t in tensors]
+        ops = [dist.P2POp(dist.isend, t, self.next_rank, self.group, tag) for t in tensors]
+        ops += [dist.P2POp(dist.irecv, r, self.prev_rank, self.group, tag) for r in received]
+        return PendingExchange(dist.batch_isend_irecv(ops), received, self)
 
 
 def make_ring(group, timeout, caller):
@@ -43,13 +62,6 @@ def make_ring(group, timeout, caller):
 
     return Ring(group, rank, world_size, global_rank((rank + 1) % world_size),
                 global_rank((rank - 1) % world_size), timeout)
-
-
-def _wait(work, ring: Ring):
-    if ring.timeout is None:
-        work.wait()
-    else:
-        work.wait(ring.timeout)
 
 
 def _float_bits(x):
@@ -100,7 +112,7 @@ def check_same_call(ring: Ring, signature: List[tuple], device, caller):
     if backend == "nccl":
         values = values.to(device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device()))
     gathered = [torch.empty_like(values) for _ in range(ring.world_size)]
-    _wait(dist.all_gather(gathered, values, group=ring.group, async_op=True), ring)
+    ring.wait(dist.all_gather(gathered, values, group=ring.group, async_op=True))
     table = torch.stack(gathered).cpu()
     differs = (table != table[0]).any(dim=0).nonzero()
     if differs.numel() == 0:
@@ -124,15 +136,5 @@ class PendingExchange:
 
     def wait(self) -> List[torch.Tensor]:
         for work in self._works:
-            _wait(work, self._ring)
+            self._ring.wait(work)
         return self._received
-
-
-def start_exchange(ring: Ring, tensors: Sequence[torch.Tensor], tag: int) -> PendingExchange:
-    """Sends `tensors` (contiguous) to the next rank and receives tensors of the same shapes and dtypes from
-    the previous one, asynchronously. `tag` separates the ring's message streams (K/V, dK/dV) on backends that
-    match messages by tag; streams started in the same order on every rank also match on those that do not."""
-    received = [torch.empty_like(t) for t in tensors]
-    ops = [dist.P2POp(dist.isend, t, ring.next_rank, ring.group, tag) for t in tensors]
-    ops += [dist.P2POp(dist.irecv, r, ring.prev_rank, ring.group, tag) for r in received]
-    return PendingExchange(dist.batch_isend_irecv(ops), received, ring)
