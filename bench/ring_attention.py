@@ -12,11 +12,13 @@ the same per-GPU memory), and their ratio: the share of the kernel's speed the r
 
 With one rank the ring is the plain call (no communication), and the ratio is the ring's overhead (target:
 within 3 %). Rank 0 prints one JSON object per configuration; --out FILE also appends it there.
+--device cpu runs the same on CPU processes with gloo (fp32, wall-clock timing): a smoke test of this script.
 """
 import argparse
 import datetime
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -31,9 +33,18 @@ def attention_flops(batch, heads, seqlen, head_dim, causal, backward):
     return fwd * (3.5 if backward else 1.0)
 
 
-def median_ms(fn, iters, warmup):
+def median_ms(fn, iters, warmup, device):
+    """Median milliseconds per call: CUDA events around each call (issued back to back, one synchronization at
+    the end); on the CPU the wall clock."""
     for _ in range(warmup):
         fn()
+    if device.type != "cuda":
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[len(times) // 2]
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -67,12 +78,20 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = ap.parse_args()
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank)
-    dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=5), device_id=device)
+    timeout = datetime.timedelta(minutes=5)
+    if args.device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+        dtype = torch.bfloat16
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timeout)
+        dtype = torch.float32
     rank, world = dist.get_rank(), dist.get_world_size()
     heads_kv = args.heads_kv or args.heads
     tokens = args.tokens_per_gpu
@@ -80,7 +99,7 @@ def main():
 
     def randn(heads):
         return torch.randn(args.batch, tokens, heads, args.head_dim, generator=g, device=device,
-                           dtype=torch.bfloat16).requires_grad_()
+                           dtype=dtype).requires_grad_()
 
     q, k, v = randn(args.heads), randn(heads_kv), randn(heads_kv)
     dout = torch.randn_like(q)
@@ -92,10 +111,10 @@ def main():
         return flash4.flash_attn_func(q, k, v, causal=args.causal)
 
     dist.barrier()
-    ring_ms = median_ms(fwd_bwd(ring, q, k, v, dout, args.backward), args.iters, args.warmup)
+    ring_ms = median_ms(fwd_bwd(ring, q, k, v, dout, args.backward), args.iters, args.warmup, device)
     dist.barrier()
     # The 1-GPU kernel on this GPU's tokens alone (every rank runs it; rank 0 reports its own).
-    plain_ms = median_ms(fwd_bwd(plain, q, k, v, dout, args.backward), args.iters, args.warmup)
+    plain_ms = median_ms(fwd_bwd(plain, q, k, v, dout, args.backward), args.iters, args.warmup, device)
     # The slowest rank sets the ring's time.
     slowest = torch.tensor([ring_ms], device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -106,12 +125,13 @@ def main():
     plain_tflops = plain_flops / plain_ms / 1e9
     if rank == 0:
         record = dict(
-            bench="ring_attention", gpus=world, gpu=torch.cuda.get_device_name(device),
+            bench="ring_attention", gpus=world,
+            gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", dtype=str(dtype)[6:],
             tokens_per_gpu=tokens, seqlen=world * tokens, batch=args.batch, heads=args.heads, heads_kv=heads_kv,
             head_dim=args.head_dim, causal=args.causal, layout=args.layout,
             pass_="forward+backward" if args.backward else "forward", ring_ms=round(ring_ms, 3),
-            ring_tflops_per_gpu=round(ring_tflops, 1), one_gpu_ms=round(plain_ms, 3),
-            one_gpu_tflops=round(plain_tflops, 1), ratio=round(ring_tflops / plain_tflops, 4),
+            ring_tflops_per_gpu=float(f"{ring_tflops:.4g}"), one_gpu_ms=round(plain_ms, 3),
+            one_gpu_tflops=float(f"{plain_tflops:.4g}"), ratio=round(ring_tflops / plain_tflops, 4),
             flash4_commit=os.environ.get("FLASH4_COMMIT", ""),
         )
         line = json.dumps(record)

@@ -31,7 +31,8 @@ def merge_attention_partials(out_acc, lse_acc, out_part, lse_part):
     # Weights are (batch, heads, seqlen_q); the outputs are (batch, seqlen_q, heads, head_dim).
     weight_acc = weight_acc.transpose(1, 2).unsqueeze(-1)
     weight_part = weight_part.transpose(1, 2).unsqueeze(-1)
-    out_acc.mul_(weight_acc).add_(out_part.to(out_acc.dtype) * weight_part)
+    # Two passes over the accumulator (addcmul_ reads out_part in its own dtype: no converted copy).
+    out_acc.mul_(weight_acc).addcmul_(out_part, weight_part)
     lse_acc.copy_(lse_new)
 
 

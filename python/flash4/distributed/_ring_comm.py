@@ -46,7 +46,7 @@ def make_ring(group, timeout, caller):
     if not dist.is_initialized():
         raise RuntimeError(
             f"{caller}: torch.distributed is not initialized; call torch.distributed.init_process_group first "
-            "(backend 'nccl' for CUDA tensors, 'gloo' for CPU tensors) or pass a group"
+            "(backend 'nccl' for CUDA tensors, 'gloo' for CPU tensors) on every rank"
         )
     if group is not None and group == dist.GroupMember.NON_GROUP_MEMBER:
         raise ValueError(f"{caller}: this process is not a member of `group`")
