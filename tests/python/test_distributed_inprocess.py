@@ -176,7 +176,7 @@ def _median_ms(fn, iters):
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-def test_nccl_one_rank_equals_the_plain_call_and_costs_at_most_3_percent(nccl_one_rank_group):
+def test_cuda_nccl_one_rank_equals_the_plain_call_and_costs_at_most_3_percent(nccl_one_rank_group):
     group = nccl_one_rank_group
     g = torch.Generator(device="cuda").manual_seed(0)
     shape = (1, 16384, 16, 128)
@@ -205,7 +205,7 @@ def test_nccl_one_rank_equals_the_plain_call_and_costs_at_most_3_percent(nccl_on
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-def test_nccl_one_rank_general_ring_path(nccl_one_rank_group):
+def test_cuda_nccl_one_rank_general_ring_path(nccl_one_rank_group):
     """The ring's general path (block plan, LSE merge, float32 accumulators, NCCL exchange of dK/dV with itself)
     on a 1-rank group, which ring_flash_attn_func short-cuts to the plain call: bit-identical to the plain call
     (one block, merged with weight exp(0) = 1, accumulated in float32 from bf16). Its time is printed: the
