@@ -24,6 +24,13 @@
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
+#   peers  - flash4 (Python package: install-python first) vs FlashAttention-4 (flash-attn-4's CuTe-DSL kernels)
+#            vs cuDNN vs FA2 in ONE process, forward and backward (bench/sdpa_bench.py --impls
+#            ${PEERS_IMPLS:-flash4,fa4,cudnn,fa2} --single); needs FA4 importable: in the call after the one that
+#            staged .peers/a, this stage sources .peers/b/install-fa4.sh itself (docs/performance.md, "FlashAttention-4
+#            as a peer"). Skipped with a note when FA4 does not import. JSON lines, $OUT/peers-results.json (with
+#            FA4's version) and the table $OUT/peers-table.txt. PEERS_DIMS / PEERS_SEQLENS narrow the sweep,
+#            PEERS_ARGS adds sdpa_bench.py options (e.g. "--rounds 2"), PEERS_SKIP_BACKWARD=1 times the forward only.
 # Full logs go to $OUT; a short table is printed last.
 set -uo pipefail
 OUT=build/device-out
@@ -120,6 +127,31 @@ for stage in $STAGES; do
       echo "-- forward"; python3 bench/compare.py "$OUT/fwd.jsonl"
       echo "-- backward"; python3 bench/compare.py "$OUT/bwd.jsonl"
       echo "-- ablation"; python3 bench/compare.py "$OUT/ablation.jsonl"
+      ;;
+    peers)
+      if ! python3 -c "import flash_attn.cute" 2>/dev/null && [[ -f .peers/b/install-fa4.sh ]]; then
+        # shellcheck disable=SC1091  # the wheels' installer, packed by ../shared/peers/pack-fa4.sh (git-ignored)
+        source .peers/b/install-fa4.sh >"$OUT/peers-install.log" 2>&1
+      fi
+      if ! python3 -c "import flash_attn.cute" >>"$OUT/peers-install.log" 2>&1; then
+        summary+=("peers: skipped, flash_attn.cute (FlashAttention-4) does not import; see $OUT/peers-install.log")
+      else
+        read -ra peers_extra <<<"${PEERS_ARGS:-}"
+        peers_args=(--impls "${PEERS_IMPLS:-flash4,fa4,cudnn,fa2}" --single --dims "${PEERS_DIMS:-64,128,256}"
+                    --seqlens "${PEERS_SEQLENS:-1024,2048,4096,8192,16384}" "${peers_extra[@]}")
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py "${peers_args[@]}" >"$OUT/peers-fwd.jsonl" 2>"$OUT/peers-fwd.err"
+        summary+=("peers forward (one process): rc=$?")
+        : >"$OUT/peers-bwd.jsonl"
+        if [[ -z "${PEERS_SKIP_BACKWARD:-}" ]]; then
+          PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward "${peers_args[@]}" >"$OUT/peers-bwd.jsonl" \
+            2>"$OUT/peers-bwd.err"
+          summary+=("peers backward (one process): rc=$?")
+        fi
+        python3 bench/report.py collect --out "$OUT/peers-results.json" --gpu "$(head -1 "$OUT/gpu.txt")" \
+          --commit "${COMMIT:-unknown}" --forward "$OUT/peers-fwd.jsonl" --backward "$OUT/peers-bwd.jsonl"
+        { echo "-- forward (TFLOP/s)"; python3 bench/compare.py "$OUT/peers-fwd.jsonl"
+          echo "-- backward (TFLOP/s)"; python3 bench/compare.py "$OUT/peers-bwd.jsonl"; } | tee "$OUT/peers-table.txt"
+      fi
       ;;
     host)
       # Host microseconds per call: the C++ API and its parts (flash4_bench --host), then the Python paths next to
