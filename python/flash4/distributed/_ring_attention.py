@@ -63,7 +63,7 @@ def ring_backward(dout, q, k, v, out, lse, ring, plans, softmax_scale, softcap, 
             rows = slice(call.q_lo, call.q_hi)
             keys = slice(call.k_lo, call.k_hi)
             # The LSE rows are copied (a few bytes per row): a view starting mid-row is not 16-byte aligned.
-            dq_part, dk_part, dv_part = torch.ops.flash4.bwd(
+            dq_part, dk_part, dv_part, _ = torch.ops.flash4.bwd(  # the 4th output: dsink (no sink here)
                 dout[:, rows], q[:, rows], k_shard[:, keys], v_shard[:, keys], out[:, rows],
                 lse[:, :, rows].contiguous(), softmax_scale, False, call.window_left, call.window_right, softcap,
                 deterministic)
