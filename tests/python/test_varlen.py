@@ -331,8 +331,10 @@ def test_varlen_errors():
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-def test_cuda_graph_capture_varlen_forward_backward():
-    """A packed forward + backward with a sink captured in a CUDA graph and replayed gives the eager results."""
+def test_cuda_graph_capture_varlen_forward_and_refused_backward():
+    """A packed forward with a sink captured in a CUDA graph and replayed gives the eager result. The packed GPU
+    backward reads the sequence offsets on the host (one dense backward per sequence), so capturing it is refused
+    with a message that says so, instead of failing inside the capture."""
     torch.manual_seed(0)
     lens = [100, 1, 257]
     q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -341,34 +343,31 @@ def test_cuda_graph_capture_varlen_forward_backward():
     sink = torch.randn(4, device="cuda", requires_grad=True)
     cu = offsets(lens, "cuda")
 
-    def step():
-        out = flash4.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, deterministic=True,
-                                            learnable_sink=sink)
-        out.float().square().sum().backward()
-        return out
+    def forward():
+        return flash4.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, learnable_sink=sink)
 
-    try:
-        eager = step().detach().clone()
-    except NotImplementedError as e:
-        pytest.skip(f"not supported on this GPU by flash4: {e}")
-    eager_grads = [t.grad.clone() for t in (q, k, v, sink)]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up on the side stream, as graph capture requires
-        for t in (q, k, v, sink):
-            t.grad = None
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    for t in (q, k, v, sink):
-        t.grad = None
-    with torch.cuda.graph(graph):
-        captured = step()
-    graph.replay()
-    torch.cuda.synchronize()
+    with torch.no_grad():
+        eager = forward().clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up on the side stream, as graph capture requires
+            forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = forward()
+        graph.replay()
+        torch.cuda.synchronize()
     assert torch.equal(captured, eager)
-    for t, g in zip((q, k, v, sink), eager_grads):
-        torch.testing.assert_close(t.grad, g, rtol=0, atol=0)
+
+    out = forward()
+    out.float().square().sum().backward()  # eager backward: runs
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v, sink))
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(Exception, match="CUDA graph"):
+        with torch.cuda.graph(graph):
+            forward().float().square().sum().backward()
+    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("device", DEVICES)

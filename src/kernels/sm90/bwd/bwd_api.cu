@@ -35,6 +35,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_sequences.h"
 #include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -178,6 +179,7 @@ void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cuda
 }  // namespace
 
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
+  if (backward_needs_sequences(p)) return cuda_can_backward_sequences(args, p);  // one dense call per sequence
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
@@ -207,6 +209,7 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
 }
 
 void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
+  if (backward_needs_sequences(p)) return cuda_backward_sequences(args, p, stream);
   using sm90::BwdParams;
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
