@@ -16,9 +16,11 @@
 //   queries / keys of entry b take part. Rows that take part in no segment get out = 0 and lse = -inf in the
 //   forward and zero gradients in the backward.
 //   Host-resident offsets (CPU tensors) are checked exactly: cu[0] == 0, non-decreasing, cu[batch] <= total,
-//   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host (that
-//   would need a synchronisation): the kernels clamp offsets to [0, total] and lengths to the maxima and to the
-//   tensor's end, so bad values give wrong results but never an out-of-bounds access. (Python's opt-in host
+//   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host by
+//   validation (that would need a synchronisation): offsets are clamped to [0, total] and lengths to the maxima
+//   and to the tensor's end, so bad values give wrong results but never an out-of-bounds access. The GPU forward
+//   reads them on the device; the GPU backward of a packed or seqused batch runs one dense backward per sequence
+//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture). (Python's opt-in host
 //   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
 //   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
