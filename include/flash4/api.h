@@ -20,7 +20,10 @@
 //   validation (that would need a synchronisation): offsets are clamped to [0, total] and lengths to the maxima
 //   and to the tensor's end, so bad values give wrong results but never an out-of-bounds access. The GPU forward
 //   reads them on the device; the GPU backward of a packed or seqused batch runs one dense backward per sequence
-//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture). (Python's opt-in host
+//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture).
+//   The GPU forward reads whole 64..128-key tiles: keys of the tile past a sequence's used keys (past seqused_k,
+//   or rows after cu_seqlens_k[batch]) get probability 0 but are read, so they must hold finite values (a NaN or
+//   inf there would turn 0 * v into NaN); the rows of the next sequence always do. (Python's opt-in host
 //   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
 //   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
