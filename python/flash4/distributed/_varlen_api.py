@@ -81,6 +81,8 @@ def ring_flash_attn_varlen_func(
     max_seqlen = _longest(cu) if max_seqlen is None else int(max_seqlen)
     if ring.world_size == 1:
         # The shard is the whole packed stream, in order for both layouts: the plain call.
+        if not isinstance(cu_seqlens, torch.Tensor):
+            cu_seqlens = torch.tensor(cu, dtype=torch.int32, device=q.device)
         return _flash4_api.flash_attn_varlen_func(
             q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=causal,
             window_size=(left, right), softcap=cap, deterministic=deterministic, return_lse=return_lse,
