@@ -22,9 +22,9 @@ namespace {
 using namespace flash4::cpu;
 
 struct ForwardTiles {
-  std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, d), (M, N), (M, d)
-  explicit ForwardTiles(int64_t d)
-      : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * d), s(kBlockM * kBlockN), o(kBlockM * d) {}
+  std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, dv), (M, N), (M, dv)
+  ForwardTiles(int64_t d, int64_t dv)
+      : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * dv), s(kBlockM * kBlockN), o(kBlockM * dv) {}
 };
 
 // Normalizes row r's O by its softmax denominator, the sink's term included, and returns the row's LSE. O and l
@@ -52,7 +52,7 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
                                           int64_t q0, ForwardTiles& t) {
   const detail::SequenceInfo seq = p.layout().info(b);
   if (q0 >= seq.seqlen_q) return;  // past this entry's queries (tasks cover the longest entry)
-  const int64_t d = p.head_dim, hk = h / p.group(), e = entry_index(p, b);
+  const int64_t d = p.head_dim, dv = p.head_dim_v, hk = h / p.group(), e = entry_index(p, b);
   const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
   const detail::ScoreTransform transform = p.score_transform();
   const detail::SequenceMask mask = p.sequence_mask(b);
@@ -83,8 +83,8 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
       const float m_tile = *std::max_element(row + span.begin, row + span.end);
       const float factor = state[r].update(m_tile, conditional);
       if (factor != 1.0f) {
-        float* o = t.o.data() + r * d;
-        for (int64_t x = 0; x < d; ++x) o[x] *= factor;
+        float* o = t.o.data() + r * dv;
+        for (int64_t x = 0; x < dv; ++x) o[x] *= factor;
       }
       std::fill(row, row + span.begin, 0.0f);
       std::fill(row + span.end, row + n, 0.0f);
@@ -93,11 +93,11 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
       for (int64_t j = span.begin; j < span.end; ++j) sum += row[j];
       state[r].l += sum;
     }
-    matmul_add(t.s.data(), t.v.data(), t.o.data(), rows, d, n);  // O += P V
+    matmul_add(t.s.data(), t.v.data(), t.o.data(), rows, dv, n);  // O += P V
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float lse = finish_row(state[r], p.learnable_sink, h, t.o.data() + r * d, d);
+    const float lse = finish_row(state[r], p.learnable_sink, h, t.o.data() + r * dv, dv);
     if (args.lse.data) *lse_ptr(args.lse, e, h, seq.q_offset + q0 + r) = lse;
   }
   store_rows(t.o.data(), args.out, e, seq.q_offset + q0, rows, h);
@@ -121,7 +121,7 @@ void cpu_forward(const ForwardArgs& user_args, const Problem& p) {
   const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t tasks = p.batch * p.heads * q_tiles;
   parallel_for(tasks, [&](int64_t task) {
-    ForwardTiles tiles(p.head_dim);
+    ForwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t qt = task % q_tiles, bh = task / q_tiles;
     forward_tile(args, p, bh / p.heads, bh % p.heads, qt * kBlockM, tiles);
   });
