@@ -52,7 +52,7 @@ typedef struct flash4_tensor {
 
 /* flash4::ForwardArgs. Boolean fields are 0 or 1. Start from flash4_forward_args_init for the defaults. */
 typedef struct flash4_forward_args {
-  flash4_tensor q, k, v, out;
+  flash4_tensor q, k, v, out; /* v and out may have a head_dim of their own (head_dim_v, see flash4/api.h) */
   flash4_tensor lse;   /* optional: data NULL and shape all 0 to skip */
   float softmax_scale; /* 0 means 1/sqrt(head_dim) */
   int32_t causal;
@@ -70,7 +70,7 @@ typedef struct flash4_forward_args {
 /* flash4::BackwardArgs. Start from flash4_backward_args_init for the defaults. */
 typedef struct flash4_backward_args {
   flash4_tensor dout, q, k, v, out, lse; /* lse as produced by the forward (required) */
-  flash4_tensor dq, dk, dv;              /* outputs, same shapes and dtypes as q, k, v */
+  flash4_tensor dq, dk, dv;              /* outputs, same shapes and dtypes as q, k, v (dout like out) */
   float softmax_scale;
   int32_t causal;
   int32_t window_left, window_right;

@@ -176,6 +176,37 @@ TEST(CApi, LastErrorIsPerThread) {
   EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos);
 }
 
+// v and out with a head_dim of their own (8 against q and k's 16) pass through the C structs unchanged: the
+// C call writes what the C++ call writes, and an out with q's head_dim is rejected naming v's.
+TEST(CApi, SplitHeadDimsMatchTheCppApi) {
+  CProblem s;
+  constexpr int64_t kDimV = 8;
+  std::vector<float> v(CProblem::kSeqK * CProblem::kHeadsKv * kDimV), out(CProblem::kSeqQ * CProblem::kHeads * kDimV);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.1f * static_cast<float>(i));
+  const int64_t v_shape[4] = {1, CProblem::kSeqK, CProblem::kHeadsKv, kDimV};
+  const int64_t out_shape[4] = {1, CProblem::kSeqQ, CProblem::kHeads, kDimV};
+  flash4_forward_args f = s.forward_args();
+  f.v = flash4_tensor_contiguous(v.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, v_shape);
+  f.out = flash4_tensor_contiguous(out.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, out_shape);
+  ASSERT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_OK) << flash4_last_error();
+  std::vector<float> cpp_out(out.size()), cpp_lse(s.lse.size());
+  ForwardArgs a;
+  a.q = make_view(s.q.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads, CProblem::kDim);
+  a.k = make_view(s.k.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv, CProblem::kDim);
+  a.v = make_view(v.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv, kDimV);
+  a.out = make_view(cpp_out.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads, kDimV);
+  a.lse = make_view(cpp_lse.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kHeads, CProblem::kSeqQ);
+  a.causal = true;
+  forward(a);
+  EXPECT_EQ(out, cpp_out);
+  EXPECT_EQ(s.lse, cpp_lse);
+  f.out = CProblem::view(s.out, CProblem::kSeqQ, CProblem::kHeads);  // q's head_dim
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("out.shape[3] (head_dim) = 16 but v.shape[3] = 8"),
+            std::string::npos)
+      << flash4_last_error();
+}
+
 TEST(CApi, NamesAndVersion) {
   EXPECT_STREQ(flash4_status_string(FLASH4_STATUS_INVALID_ARGUMENT), "invalid argument");
   EXPECT_STREQ(flash4_version(), version());

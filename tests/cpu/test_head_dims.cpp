@@ -44,7 +44,9 @@ std::vector<CaseSpec> dense_cases() {
     }));
     c.push_back(with(dense(60, 50, 4, 2, d, kBF16), [](CaseSpec& s) { s.sink = true, s.causal = true; }));
   }
-  c.push_back(with(dense(77, 91, 4, 2, {192, 128}, kBF16), [](CaseSpec& s) { s.layout = Layout::kStrided, s.batch = 2; }));
+  c.push_back(with(dense(77, 91, 4, 2, {192, 128}, kBF16), [](CaseSpec& s) {
+    s.layout = Layout::kStrided, s.batch = 2;
+  }));
   c.push_back(with(dense(65, 65, 2, 1, {128, 64}, kF32), [](CaseSpec& s) { s.tuning.exp2 = Exp2Mode::kPolynomial; }));
   c.push_back(dense(1, 1, 1, 1, {192, 128}, kBF16));  // one query, one key
   return c;
