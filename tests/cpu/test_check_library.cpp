@@ -38,6 +38,15 @@ TEST(ToleranceRule, NanFailsAndInfinitiesMustMatch) {
   EXPECT_FALSE(check::judge({-kInf}, ref, ref, DType::kFloat32).pass);  // size mismatch
 }
 
+// A baseline that cannot be compared with the reference (another size, a NaN) makes the limit infinite; that
+// must fail rather than let anything pass (e.g. a judge sizing out by q's head dim instead of v's).
+TEST(ToleranceRule, AnUnboundedBaselineFails) {
+  const std::vector<double> ref = {0.0, 1.0, 2.0};
+  EXPECT_FALSE(check::judge({0.0, 1.0}, ref, {0.0, 1.0}, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge(ref, ref, {0.0, 1.0}, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge(ref, ref, {0.0, std::nan(""), 2.0}, DType::kFloat32).pass);
+}
+
 // Arguments that validate; only the fields make_problem reads matter.
 // head_dim_v 0 = head_dim.
 ForwardArgs args_of(int64_t head_dim, float scale, bool causal, int left, int right, float softcap,
