@@ -32,6 +32,11 @@
 // includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,
 // optional) receives d loss / d sink[h] = -sum over rows i of head h of exp(sink[h] - lse_i) * rowsum(dO_i * O_i),
 // overwritten, not accumulated.
+// FP8 forward: q, k, v all DType::kFloat8E4M3 ("float8_e4m3fn"), out bf16 or fp16 (its dtype picks the output
+// type), lse fp32. q_descale / k_descale / v_descale (fp32 (batch, heads_kv), optional, 1 when not given; packed:
+// batch = the number of segments) give the real inputs: q[b, i, h, :] * q_descale[b, h / (heads / heads_kv)],
+// k[b, j, hk, :] * k_descale[b, hk], v likewise. The backward takes no FP8. CPU: dequantize, then the same
+// algorithm in fp32; the Hopper kernels do not run FP8 yet (can_implement says so).
 #pragma once
 
 #include <string>
@@ -70,6 +75,8 @@ struct ForwardArgs {
   TensorView seqused_q, seqused_k;        // int32 (batch), rank 1
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // packed: upper bounds of the segment lengths
   TensorView learnable_sink;              // fp32 (heads), rank 1
+  // FP8 descale factors (see the header comment); only with float8_e4m3fn q, k, v.
+  TensorView q_descale, k_descale, v_descale;  // fp32 (batch, heads_kv), rank 2
 };
 
 struct BackwardArgs {

@@ -9,6 +9,7 @@
 
 #include "api/backends.h"
 #include "api/checker.h"
+#include "api/validate_fp8.h"
 #include "api/validate_sequences.h"
 
 namespace flash4::detail {
@@ -43,7 +44,7 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
       c, t.rank == rank,
       std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
   const int dtype = static_cast<int>(t.dtype);
-  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 3, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
+  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 4, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
   const int kind = static_cast<int>(t.device.kind);
   FLASH4_REQUIRE(c, kind == 0 || kind == 1,
                  std::string(name) + ".device.kind has invalid value " + std::to_string(kind));
@@ -176,7 +177,8 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
   check_tensor(c, q, "q", rank, dims);
   check_tensor(c, k, "k", rank, dims);
   check_tensor(c, v, "v", rank, dims);
-  FLASH4_REQUIRE(c, q.dtype != DType::kInt32, "q.dtype is int32 but must be fp32, fp16 or bf16");
+  FLASH4_REQUIRE(c, q.dtype != DType::kInt32,
+                 "q.dtype is int32 but must be fp32, fp16 or bf16 (or float8_e4m3fn in the forward)");
   check_same_dtype(c, k, "k", q, "q");
   check_same_dtype(c, v, "v", q, "q");
   check_same_device(c, k, "k", q, "q");
@@ -261,7 +263,7 @@ Problem validate(const ForwardArgs& args) {
   Problem p = check_problem(c, args);
   const char* const* dims = attention_dims(p.varlen());
   check_tensor(c, args.out, "out", args.q.rank, dims);
-  check_same_dtype(c, args.out, "out", args.q, "q");
+  check_fp8_forward(c, args, p);  // out's dtype (q's, or bf16 / fp16 for FP8 q) and the descales
   check_same_device(c, args.out, "out", args.q, "q");
   check_shape_with_head_dim_of(c, args.out, "out", args.q, "q", args.v, "v", dims);
   const bool has_lse = present(args.lse);
@@ -273,7 +275,8 @@ Problem validate(const ForwardArgs& args) {
   const std::pair<const TensorView*, const char*> inputs[] = {
       {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.cu_seqlens_q, "cu_seqlens_q"},
       {&args.cu_seqlens_k, "cu_seqlens_k"}, {&args.seqused_q, "seqused_q"}, {&args.seqused_k, "seqused_k"},
-      {&args.learnable_sink, "learnable_sink"}};
+      {&args.learnable_sink, "learnable_sink"}, {&args.q_descale, "q_descale"}, {&args.k_descale, "k_descale"},
+      {&args.v_descale, "v_descale"}};
   for (const auto& [in, name] : inputs) {
     check_no_overlap(c, args.out, "out", *in, name);
     if (has_lse) check_no_overlap(c, args.lse, "lse", *in, name);
@@ -284,6 +287,8 @@ Problem validate(const ForwardArgs& args) {
 
 Problem validate(const BackwardArgs& args) {
   const Checker c("flash4::backward");
+  FLASH4_REQUIRE(c, args.q.dtype != DType::kFloat8E4M3,
+                 "q.dtype is float8_e4m3fn but the backward takes fp32, fp16 or bf16 (FP8 is forward only)");
   Problem p = check_problem(c, args);
   const char* const* dims = attention_dims(p.varlen());
   // out and dout have q's sizes with v's head_dim; dq, dk, dv the shapes of q, k, v.

@@ -80,6 +80,8 @@ double round_to_dtype(double x, DType dtype) {
       return round_to_half(f);
     case DType::kBFloat16:
       return round_to_bf16(f);
+    case DType::kFloat8E4M3:
+      return round_to_e4m3(f);
     case DType::kFloat32:
     case DType::kInt32:  // not an attention dtype; no rounding beyond fp32
       break;

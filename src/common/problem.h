@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/descale.h"
 #include "common/host_device.h"
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -31,6 +32,8 @@ struct Problem {
   int64_t total_q = 0, total_k = 0;
   // Per-head logit in every row's softmax denominator, carrying no value (natural-log domain); null = none.
   const float* learnable_sink = nullptr;  // (heads) fp32
+  // FP8 forward (q, k, v in float8_e4m3fn): real inputs are the FP8 values times these; unset = 1.
+  Descale q_descale, k_descale, v_descale;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }  // validation sets both offsets or neither
 

@@ -1,6 +1,7 @@
 // CPU FlashAttention forward: the GPU algorithm on fp32 tiles. One task per (batch, head, 64-row Q tile); the
 // task streams K/V tiles through an online softmax with FA4's conditional rescaling. Dense and packed batches
-// share the code: entry b's tokens are found through p.layout().info(b) (cpu/packed_rows.h).
+// share the code: entry b's tokens are found through p.layout().info(b) (cpu/packed_rows.h). FP8 q, k, v are
+// dequantized as their tiles are loaded (value * descale of the entry and kv head), then computed alike.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -47,6 +48,14 @@ float finish_row(const OnlineSoftmaxRow& state, const float* sink, int64_t h, fl
   return lse;
 }
 
+// x[0, n) *= the descale of (entry b, kv head hk): FP8 inputs become the real values (one fp32 rounding per
+// element). Nothing to do without descale factors.
+void scale_tile(float* x, int64_t n, const Descale& descale, int64_t b, int64_t hk) {
+  if (descale.data == nullptr) return;
+  const float f = descale.at(b, hk);
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
 // Rows [q0, q0 + kBlockM) of entry b, head h (args' views batched, see packed_rows.h).
 FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem& p, int64_t b, int64_t h,
                                           int64_t q0, ForwardTiles& t) {
@@ -63,6 +72,7 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
   OnlineSoftmaxRow state[kBlockM];
   std::fill(t.o.begin(), t.o.end(), 0.0f);
   load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
+  scale_tile(t.q.data(), rows * d, p.q_descale, b, hk);  // FP8: dequantize (no-op without descales)
 
   // Only the K tiles some row of this Q tile can see (causal / window skip the rest).
   const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
@@ -70,6 +80,8 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
     const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
     load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
     load_rows(args.v, e, seq.k_offset + k0, n, hk, t.v.data());
+    scale_tile(t.kt.data(), d * n, p.k_descale, b, hk);
+    scale_tile(t.v.data(), n * dv, p.v_descale, b, hk);
     matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, n, d);  // S = Q K^T
 
     for (int64_t r = 0; r < rows; ++r) {

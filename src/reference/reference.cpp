@@ -193,6 +193,11 @@ std::vector<double> to_double(const TensorView& t) {
       for_each_element(t, [&](int64_t off, int64_t i) { out[i] = bf16_bits_to_float(src[off]); });
       break;
     }
+    case DType::kFloat8E4M3: {  // the stored FP8 values; descale factors are the caller's to apply
+      const uint8_t* src = static_cast<const uint8_t*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = e4m3_bits_to_float(src[off]); });
+      break;
+    }
   }
   return out;
 }
@@ -220,6 +225,11 @@ void from_double(const std::vector<double>& src, const TensorView& dst) {
     case DType::kBFloat16: {
       uint16_t* out = static_cast<uint16_t*>(dst.data);
       for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_bf16_bits(static_cast<float>(src[i])); });
+      break;
+    }
+    case DType::kFloat8E4M3: {
+      uint8_t* out = static_cast<uint8_t*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_e4m3_bits(static_cast<float>(src[i])); });
       break;
     }
   }
