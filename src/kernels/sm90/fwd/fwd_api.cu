@@ -95,6 +95,9 @@ bool cuda_device_supported(int device_index) {
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
+  if (args.q.dtype == DType::kFloat8E4M3)
+    return {false, "the GPU forward does not run FP8 (float8_e4m3fn) yet, only bf16 and fp16; the CPU runs FP8 "
+                   "(dequantize, then compute)"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
     return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
                        "; use the CPU for fp32"};
