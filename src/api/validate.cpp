@@ -44,7 +44,8 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
       c, t.rank == rank,
       std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
   const int dtype = static_cast<int>(t.dtype);
-  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 4, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
+  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= static_cast<int>(DType::kFloat8E4M3),
+                 std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
   const int kind = static_cast<int>(t.device.kind);
   FLASH4_REQUIRE(c, kind == 0 || kind == 1,
                  std::string(name) + ".device.kind has invalid value " + std::to_string(kind));
