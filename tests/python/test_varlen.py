@@ -60,7 +60,7 @@ def segment_attention(q, k, v, scale, causal, window, softcap, sink, round_to=No
 def packed_attention(q, k, v, lens_q, lens_k, scale, causal, window, softcap, sink, round_to=None, used_q=None,
                      used_k=None):
     """segment_attention on every sequence of a packed batch; rows in no sequence get out 0 and lse -inf."""
-    out = torch.zeros_like(q)
+    out = q.new_zeros(q.shape[:-1] + v.shape[-1:])  # v's head dim
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=q.dtype, device=q.device)
     outs, lses = [], []
     q0 = k0 = 0
@@ -91,7 +91,7 @@ def numpy64(t):
 
 class VarlenCase:
     def __init__(self, lens_q, lens_k, heads, heads_kv, dim, dtype, device, causal=False, window=(-1, -1),
-                 softcap=0.0, sink=False, used_q=None, used_k=None, pad_q=0, seed=0):
+                 softcap=0.0, sink=False, used_q=None, used_k=None, pad_q=0, seed=0, dim_v=None):
         self.lens_q, self.lens_k, self.used_q, self.used_k = lens_q, lens_k, used_q, used_k
         self.causal, self.window, self.softcap = causal, window, softcap
         self.dtype, self.device = dtype, device
@@ -104,8 +104,9 @@ class VarlenCase:
         total_q, total_k = sum(lens_q) + pad_q, sum(lens_k)
         self.q = make(total_q, heads, dim)
         self.k = make(total_k, heads_kv, dim)
-        self.v = make(total_k, heads_kv, dim)
-        self.dout = make(total_q, heads, dim)
+        dim_v = dim if dim_v is None else dim_v  # v's and out's head dim
+        self.v = make(total_k, heads_kv, dim_v)
+        self.dout = make(total_q, heads, dim_v)
         self.sink = make(heads, dt=torch.float32) if sink else None
         self.cu_q, self.cu_k = offsets(lens_q, device), offsets(lens_k, device)
 
@@ -133,7 +134,7 @@ class VarlenCase:
     def check(self):
         name = DTYPE_NAMES[self.dtype]
         out, lse, grads = self.run_flash4()
-        assert out.shape == self.q.shape and out.dtype == self.dtype
+        assert out.shape == self.q.shape[:-1] + self.v.shape[-1:] and out.dtype == self.dtype
         assert lse.shape == (self.q.shape[1], self.q.shape[0]) and lse.dtype == torch.float32
         ref_out, ref_lse, ref_grads = self.run_torch()
         naive_out, naive_lse, naive_grads = self.run_torch(round_to=self.dtype)
