@@ -64,8 +64,8 @@ def _call_options(call, softmax_scale, softcap, deterministic):
 def varlen_ring_forward(q, k, v, sink, ring, plans, receive_rows, softmax_scale, softcap, deterministic):
     """(out, lse) of this rank's packed queries against every K/V shard; out like q, lse (heads, total)
     float32. receive_rows[step]: the length of the shard that arrives for step + 1."""
-    total, heads, head_dim = q.shape
-    out_acc = torch.zeros((total, heads, head_dim), dtype=torch.float32, device=q.device)
+    total, heads, _ = q.shape
+    out_acc = torch.zeros((total, heads, v.shape[-1]), dtype=torch.float32, device=q.device)
     lse_acc = torch.full((heads, total), float("-inf"), dtype=torch.float32, device=q.device)
     kv = [k.contiguous(), v.contiguous()]
     for step, plan in enumerate(plans):
