@@ -57,14 +57,14 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
 
 }  // namespace
 
-Support can_implement(const ForwardArgs& args) {
-  const detail::Problem p = detail::validate(args);
+Support can_implement(const ForwardArgs& args, Validation scope) {
+  const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};  // the CPU path runs every valid configuration
   return detail::cuda_can_forward(args, p);
 }
 
-Support can_implement(const BackwardArgs& args) {
-  const detail::Problem p = detail::validate(args);
+Support can_implement(const BackwardArgs& args, Validation scope) {
+  const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};
   return detail::cuda_can_backward(args, p);
 }

@@ -18,17 +18,20 @@ constexpr int64_t kHeadDimMultiple = 8;  // 16-byte rows for vector loads and TM
 constexpr const char* kDimNames[4] = {"batch", "seqlen", "heads", "head_dim"};
 constexpr const char* kLseDimNames[3] = {"batch", "heads", "seqlen_q"};
 
-// Collects the calling entry point's name so every message starts with it.
+// Collects the calling entry point's name so every message starts with it, and whether the buffers (data
+// pointers, aliasing) are checked too or only the shapes and values (Validation::kWithoutBuffers).
 class Checker {
  public:
-  explicit Checker(const char* entry_point) : entry_point_(entry_point) {}
+  Checker(const char* entry_point, bool buffers) : entry_point_(entry_point), buffers_(buffers) {}
 
   [[noreturn]] void fail(const std::string& message) const {
     throw Error(Status::kInvalidArgument, std::string(entry_point_) + ": " + message);
   }
+  bool buffers() const { return buffers_; }
 
  private:
   const char* entry_point_;
+  bool buffers_;
 };
 
 // REQUIRE(checker, condition, message): the message (string concatenations, to_string) is built only when the
@@ -81,7 +84,7 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
   FLASH4_REQUIRE(c, t.shape[rank - 1] <= 1 || t.stride[rank - 1] == 1,
                  std::string(name) + ".stride[" + std::to_string(rank - 1) + "] = " +
                      std::to_string(t.stride[rank - 1]) + " but the last dimension must be contiguous (stride 1)");
-  FLASH4_REQUIRE(c, numel == 0 || t.data != nullptr,
+  FLASH4_REQUIRE(c, numel == 0 || t.data != nullptr || !c.buffers(),
                  std::string(name) + ".data is null but " + name + " has " + std::to_string(numel) + " elements");
 }
 
@@ -102,6 +105,7 @@ ByteRange byte_range(const TensorView& t) {
 // interleave without sharing elements (e.g. a packed dqkv buffer).
 void check_no_overlap(const Checker& c, const TensorView& out, const char* out_name, const TensorView& other,
                       const char* other_name) {
+  if (!c.buffers()) return;
   const ByteRange a = byte_range(out), b = byte_range(other);
   const bool overlap = a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
   FLASH4_REQUIRE(
@@ -210,8 +214,8 @@ bool lse_requested(const TensorView& lse) {
 
 }  // namespace
 
-Problem validate(const ForwardArgs& args) {
-  const Checker c("flash4::forward");
+Problem validate(const ForwardArgs& args, Validation scope) {
+  const Checker c("flash4::forward", scope == Validation::kFull);
   Problem p;
   check_qkv(c, args.q, args.k, args.v, p);
   check_tensor(c, args.out, "out", 4);
@@ -233,8 +237,8 @@ Problem validate(const ForwardArgs& args) {
   return p;
 }
 
-Problem validate(const BackwardArgs& args) {
-  const Checker c("flash4::backward");
+Problem validate(const BackwardArgs& args, Validation scope) {
+  const Checker c("flash4::backward", scope == Validation::kFull);
   Problem p;
   check_qkv(c, args.q, args.k, args.v, p);
   const std::pair<const TensorView*, const char*> like_q[] = {
