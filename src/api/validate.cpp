@@ -86,6 +86,10 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
                      std::to_string(t.stride[rank - 1]) + " but the last dimension must be contiguous (stride 1)");
   FLASH4_REQUIRE(c, numel == 0 || t.data != nullptr || !c.buffers(),
                  std::string(name) + ".data is null but " + name + " has " + std::to_string(numel) + " elements");
+  // Element loads are typed (a misaligned float load is undefined behaviour on the CPU, a fault on the GPU).
+  FLASH4_REQUIRE(c, !c.buffers() || reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0,
+                 std::string(name) + ".data is not aligned to its element size (" + std::to_string(dtype_size(t.dtype)) +
+                     " bytes for " + dtype_name(t.dtype) + ")");
 }
 
 // Byte range [begin, end) that a tensor's elements span; empty for an empty tensor.
