@@ -65,12 +65,13 @@ def arrays(**named):
         if first is None:
             first = (name, is_torch)
         elif is_torch != first[1]:
-            torch_name, other_name = (name, first[0]) if is_torch else (first[0], name)
-            other = named[other_name]
-            raise TypeError(
-                f"{torch_name} is a torch.Tensor but {other_name} is a {type(other).__module__}."
-                f"{type(other).__name__}; pass all arrays as torch tensors or none of them"
-            )
+            first_type = type(named[first[0]]) if is_torch else type(x)
+            kind = f"{first_type.__module__}.{first_type.__name__}"
+            if is_torch:
+                message = f"{name} is a torch.Tensor but {first[0]} is a {kind}"
+            else:
+                message = f"{name} must be a torch.Tensor like {first[0]}, got {kind}"
+            raise TypeError(f"{message}; pass all arrays as torch tensors or none of them")
         if is_torch and x.device.type not in _TORCH_DEVICES:
             raise ValueError(
                 f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"

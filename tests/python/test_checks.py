@@ -71,7 +71,7 @@ def test_numpy_and_torch_not_mixed():
     q, k, v = _qkv()
     with pytest.raises(TypeError, match=r"k is a torch.Tensor but q is a numpy.ndarray; pass all arrays"):
         flash4.flash_attn_func(q, torch.from_numpy(k), v)
-    with pytest.raises(TypeError, match=r"q is a torch.Tensor but v is a numpy.ndarray"):
+    with pytest.raises(TypeError, match=r"v must be a torch.Tensor like q, got numpy.ndarray; pass all arrays"):
         flash4.flash_attn_func(torch.from_numpy(q), torch.from_numpy(k), v)
     with pytest.raises(TypeError, match=r"out is a torch.Tensor but q is a numpy.ndarray"):
         flash4.forward(q, k, v, torch.empty(q.shape))
