@@ -73,10 +73,12 @@ int pick_window(FuzzedDataProvider& in) {
 flash4::TensorView pick_view(FuzzedDataProvider& in, int rank, const std::array<int64_t, 4>& like) {
   flash4::TensorView t;
   t.rank = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? in.ConsumeIntegralInRange<int>(-1, 5) : rank;
-  t.dtype = static_cast<flash4::DType>(in.ConsumeIntegralInRange<int>(0, 15) == 0 ? in.ConsumeIntegralInRange<int>(-1, 4)
-                                                                                : in.ConsumeIntegralInRange<int>(0, 2));
+  const bool any_dtype = in.ConsumeIntegralInRange<int>(0, 15) == 0;
+  t.dtype = static_cast<flash4::DType>(any_dtype ? in.ConsumeIntegralInRange<int>(-1, 4)
+                                                 : in.ConsumeIntegralInRange<int>(0, 2));
   const int kind = in.ConsumeIntegralInRange<int>(0, 31);
-  t.device.kind = static_cast<flash4::DeviceKind>(kind == 0 ? 1 : kind == 1 ? in.ConsumeIntegralInRange<int>(-1, 3) : 0);
+  t.device.kind =
+      static_cast<flash4::DeviceKind>(kind == 0 ? 1 : kind == 1 ? in.ConsumeIntegralInRange<int>(-1, 3) : 0);
   t.device.index = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? in.ConsumeIntegralInRange<int>(-2, 2) : 0;
   for (int i = 0; i < 4; ++i) t.shape[i] = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_size(in) : like[i];
   if (rank == 3) t.shape[3] = 0;
@@ -140,8 +142,8 @@ void check_error(const flash4::Error& e, const char* entry) {
 
 // Runs `call` when every tensor is a CPU view inside the arena and the work is small; checks what it wrote.
 template <typename Call>
-void run_checked(const std::vector<const flash4::TensorView*>& all, const std::vector<const flash4::TensorView*>& outputs,
-                 double work, const char* entry, Call call) {
+void run_checked(const std::vector<const flash4::TensorView*>& all,
+                 const std::vector<const flash4::TensorView*>& outputs, double work, const char* entry, Call call) {
   std::vector<std::pair<size_t, size_t>> out_ranges;
   for (const flash4::TensorView* t : all) {
     size_t b = 0, e = 0;
@@ -186,8 +188,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)pattern_ready;
   std::memcpy(g_arena, g_pattern, kArenaBytes);
 
-  const std::array<int64_t, 4> q_shape = {in.ConsumeIntegralInRange<int64_t>(0, 2), in.ConsumeIntegralInRange<int64_t>(0, 9),
-                                          in.ConsumeIntegralInRange<int64_t>(0, 4), 8 * in.ConsumeIntegralInRange<int64_t>(0, 5)};
+  // (batch, seqlen_q, heads, head_dim): small sizes, head_dim a multiple of 8 (up to 40).
+  const std::array<int64_t, 4> q_shape = {
+      in.ConsumeIntegralInRange<int64_t>(0, 2), in.ConsumeIntegralInRange<int64_t>(0, 9),
+      in.ConsumeIntegralInRange<int64_t>(0, 4), 8 * in.ConsumeIntegralInRange<int64_t>(0, 5)};
   std::array<int64_t, 4> kv_shape = q_shape;
   kv_shape[1] = in.ConsumeIntegralInRange<int64_t>(0, 9);
   kv_shape[2] = in.ConsumeBool() ? q_shape[2] : in.ConsumeIntegralInRange<int64_t>(0, 4);
@@ -242,8 +246,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const flash4::Error& e) {
       check_error(e, "flash4::backward: ");
     }
-    run_checked({&a.dout, &a.q, &a.k, &a.v, &a.out, &a.lse, &a.dq, &a.dk, &a.dv}, {&a.dq, &a.dk, &a.dv}, 2.5 * work(a.q, a.k),
-                "flash4::backward: ", [&] { flash4::backward(a); });
+    run_checked({&a.dout, &a.q, &a.k, &a.v, &a.out, &a.lse, &a.dq, &a.dk, &a.dv}, {&a.dq, &a.dk, &a.dv},
+                2.5 * work(a.q, a.k), "flash4::backward: ", [&] { flash4::backward(a); });
   }
   return 0;
 }

@@ -106,7 +106,8 @@ RunOptions parse_run_options(int argc, char** argv) {
   if (o.seqlen_k < 0) o.seqlen_k = o.seqlen_q;
   if (o.heads_kv < 0) o.heads_kv = o.heads;
   // The forward's tuning knobs would only change the forward that prepares out and lse, never the timed backward.
-  if (o.backward && o.exp2 != flash4::Exp2Mode::kAuto) bad("--exp2 applies to the forward only; drop it with --backward");
+  if (o.backward && o.exp2 != flash4::Exp2Mode::kAuto)
+    bad("--exp2 applies to the forward only; drop it with --backward");
   if (o.backward && !o.conditional_rescale)
     bad("--no-conditional-rescale applies to the forward only; drop it with --backward");
   return o;

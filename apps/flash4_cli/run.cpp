@@ -184,7 +184,8 @@ int run_attention(const RunOptions& o) {
   if (on_cuda) {
     const double device_free = static_cast<double>(device_memory_free());
     if (need.device_bytes > device_free) {
-      std::fprintf(stderr, "flash4: error: this run needs about %s of memory on %s but %s are free; use smaller sizes\n",
+      std::fprintf(stderr,
+                   "flash4: error: this run needs about %s of memory on %s but %s are free; use smaller sizes\n",
                    format_bytes(need.device_bytes).c_str(), flash4::device_name(device).c_str(),
                    format_bytes(device_free).c_str());
       return 2;
