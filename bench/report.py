@@ -6,7 +6,9 @@
   report.py render results.json --markdown tables.md [--plot-prefix docs/img/perf]
 
 Records are the JSON lines printed by bench/flash4_bench and bench/sdpa_bench.py (impl, b, s, h, d, causal,
-ms, tflops). Nothing here measures anything: it only files and formats what the device printed.
+ms, tflops); sdpa_bench.py's {"meta": ...} lines (library versions: torch, cuDNN, flash4, FlashAttention-4) are
+merged into the results' "versions". Nothing here measures anything: it only files and formats what the device
+printed.
 """
 import argparse
 import datetime
@@ -26,15 +28,31 @@ def read_jsonl(paths):
     return out
 
 
+def read_versions(paths):
+    """Union of the {"meta": {...}} lines' entries (the GPU name stays out: the results file has its own)."""
+    versions = {}
+    for path in paths or []:
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("{"):
+                meta = json.loads(line).get("meta")
+                if meta:
+                    versions.update({k: v for k, v in meta.items() if k != "gpu"})
+    return versions
+
+
 def collect(args):
     results = {
         "date": args.date or datetime.date.today().isoformat(),
         "gpu": args.gpu,
         "commit": args.commit,
+        "versions": read_versions((args.forward or []) + (args.backward or []) + (args.ablation or [])),
         "protocol": "bf16, total tokens b*s = 16k, heads*d = 2048, CUDA events, 3 warm-up + median of N runs, "
                     "input sets rotated past 200 MB (> L2); forward FLOPs 4*b*h*s*s*d (causal: half), "
                     "backward 2.5x; backward time = (forward+backward) - forward for SDPA backends; records "
-                    "with ms_rounds: the median of that many rounds, implementations in a rotated order per round",
+                    "with ms_rounds: the median of that many rounds, implementations in a rotated order per round; "
+                    "sdpa_bench.py checks each implementation's outputs (NaN-poisoned first) against an fp64 "
+                    "reference before timing it; ms_single: one synchronized call at a time",
         "forward": read_jsonl(args.forward),
         "backward": read_jsonl(args.backward),
         "ablation": read_jsonl(args.ablation),
@@ -45,18 +63,21 @@ def collect(args):
           f"{len(results['ablation'])} ablation records")
 
 
-def table(records, impls, ratio_to="cudnn"):
+def table(records, impls, ratio_to=("cudnn", "fa4")):
+    """Markdown table of TFLOP/s per (d, causal, seqlen), then flash4 over each of ratio_to that has records."""
     rows = defaultdict(dict)
     for r in records:
         rows[(r["d"], r["causal"], r["s"])][r["impl"]] = r["tflops"]
     impls = [i for i in impls if any(i in v for v in rows.values())]
-    lines = ["| d | causal | seqlen | " + " | ".join(impls) + f" | flash4 / {ratio_to} |",
-             "|---" * (len(impls) + 4) + "|"]
+    peers = [p for p in ratio_to if p in impls]
+    lines = ["| d | causal | seqlen | " + " | ".join(impls) + "".join(f" | flash4 / {p}" for p in peers) + " |",
+             "|---" * (len(impls) + len(peers) + 3) + "|"]
     for key in sorted(rows):
         v = rows[key]
-        ratio = v["flash4"] / v[ratio_to] if v.get("flash4") and v.get(ratio_to) else float("nan")
+        ratios = [v["flash4"] / v[p] if v.get("flash4") and v.get(p) else float("nan") for p in peers]
         cells = [f"{v[i]:.0f}" if i in v else "-" for i in impls]
-        lines.append(f"| {key[0]} | {'yes' if key[1] else 'no'} | {key[2]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+        lines.append(f"| {key[0]} | {'yes' if key[1] else 'no'} | {key[2]} | " + " | ".join(cells)
+                     + "".join(f" | {x:.2f}" for x in ratios) + " |")
     return "\n".join(lines)
 
 
@@ -87,8 +108,11 @@ def plot(records, impls, path, title):
 
 def render(args):
     res = json.load(open(args.results))
-    impls = ["flash4", "flash4_deterministic", "cudnn", "fa2"]
-    parts = [f"Measured {res['date']} on {res['gpu']}, commit {res['commit']}.", ""]
+    impls = ["flash4", "flash4_deterministic", "fa4", "cudnn", "fa2"]
+    versions = res.get("versions") or {}
+    named = ", ".join(f"{k} {versions[k]}" for k in ("flash_attn_4", "torch", "cudnn") if versions.get(k))
+    parts = [f"Measured {res['date']} on {res['gpu']}, commit {res['commit']}" + (f" ({named})." if named else "."),
+             ""]
     if res["forward"]:
         parts += ["### Forward (TFLOP/s)", "", table(res["forward"], impls), ""]
     if res["backward"]:

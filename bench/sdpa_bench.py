@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
-"""Times PyTorch SDPA backends (cuDNN, FA2 = PyTorch's flash backend) on the benchmark shapes of facts.md, and
-flash4 in the same process when the flash4 Python package is importable. Same protocol as flash4_bench:
-bf16, total tokens 16k, heads*d = 2048, CUDA events around each call (calls issued back to back, one sync at
-the end), warm-up, median of N runs, input sets rotated past L2. With --rounds R every shape is timed R times per
-implementation, the implementations in a rotated order each round (so clock and power drift hit all alike), and
-the record's ms is the median of the R round medians (all of them in ms_rounds). Each timing starts from the
-implementation's own steady state (--warm-ms of warm-up calls): the GPU runs at its power cap, and the clock a
-kernel starts from depends on what ran before it.
-Prints one JSON object per line; --backward times forward+backward (torch.autograd.grad) minus forward, or with
---bwd-method grad-only the backward alone on kept forward graphs."""
+"""Times attention implementations in one process on the benchmark shapes of facts.md: PyTorch SDPA backends
+(cuDNN, FA2 = PyTorch's flash backend), flash4 when its Python package is importable, and FlashAttention-4
+(`fa4`: the flash-attn-4 package's CuTe-DSL kernels) when `flash_attn.cute` is importable; --impls chooses
+(bench/attention_impls.py). Same protocol as flash4_bench: bf16, total tokens 16k, heads*d = 2048, CUDA events
+around each call (calls issued back to back, one sync at the end), warm-up, median of N runs, input sets rotated
+past L2. With --rounds R every shape is timed R times per implementation, the implementations in a rotated order
+each round (so clock and power drift hit all alike), and the record's ms is the median of the R round medians
+(all of them in ms_rounds). Each timing starts from the implementation's own steady state (--warm-ms of warm-up
+calls): the GPU runs at its power cap, and the clock a kernel starts from depends on what ran before it.
+Before timing, every implementation's result on each shape is checked on NaN-poisoned outputs against an fp64
+reference (bench/output_check.py); one that fails gets an error record instead of a timing.
+Prints one JSON object per line: first {"meta": {...}} (library versions, GPU), then one record per
+(shape, implementation). --backward times forward+backward (torch.autograd.grad) minus forward, or with
+--bwd-method grad-only the backward alone on kept forward graphs. --single adds ms_single: one synchronized call
+at a time (host cost included), the latency a caller that waits for each call sees."""
 import argparse
 import json
+import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_impls import parse_impls  # noqa: E402  (torch-free: argument errors need no GPU)
 
 
 def median_ms(fn, iters, sets, warm_ms=0.0):
@@ -24,6 +29,7 @@ def median_ms(fn, iters, sets, warm_ms=0.0):
     bracketed by its own pair of events, with one synchronization at the end. Warm-up: 3 calls, and at least
     warm_ms of wall time of this same call: the H200 runs these kernels at its 700 W cap with the SM clock moving
     between ~1650 and 1980 MHz, so a call timed right after a lighter one would start from a higher clock."""
+    import torch
     t0 = time.perf_counter()
     i = 0
     while i < 3 or (time.perf_counter() - t0) * 1e3 < warm_ms:
@@ -43,8 +49,25 @@ def median_ms(fn, iters, sets, warm_ms=0.0):
     return times[len(times) // 2]
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def single_call_ms(fn, iters, sets):
+    """Median time of one call issued on an idle GPU and waited for (events around it, a synchronization before
+    and after): the host's launch cost is inside, as for a caller that waits for each result."""
+    import torch
+    times = []
+    for i in range(iters):
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i % sets)
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.split(";")[0] + ".")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     # Steady state before timing (see median_ms); 0 = a 3-call warm-up.
@@ -52,23 +75,52 @@ def main():
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--impls", default="cudnn,fa2,flash4")
+    ap.add_argument("--impls", default="cudnn,fa2,flash4",
+                    help="comma-separated, timed in this (rotated) order: flash4, flash4_deterministic, fa4, "
+                         "cudnn, fa2; the optional packages (flash4, fa4) are left out with a note when they do "
+                         "not import")
     # subtract: median(forward + autograd.grad) - median(forward) (noisy below 2k: two medians);
     # grad-only: one forward per input set kept, then only autograd.grad(..., retain_graph=True) timed.
     ap.add_argument("--bwd-method", choices=("subtract", "grad-only"), default="subtract")
-    args = ap.parse_args()
-    try:
-        import flash4  # noqa: F401
-        have_flash4 = True
-    except Exception as e:  # the package is optional here
-        print(f"# flash4 python package not importable: {e}", file=sys.stderr)
-        have_flash4 = False
+    ap.add_argument("--single", action="store_true", help="also time single synchronized calls (ms_single)")
+    return ap
 
-    impls = [i for i in args.impls.split(",") if have_flash4 or not i.startswith("flash4")]
+
+def parse_args(argv=None):
+    """Parsed and validated arguments; errors name the argument and what was expected."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        args.impls = parse_impls(args.impls)
+        args.dims = [int(x) for x in args.dims.split(",")]
+        args.seqlens = [int(x) for x in args.seqlens.split(",")]
+    except ValueError as e:
+        ap.error(str(e) if str(e).startswith("--") else f"--dims / --seqlens: expected comma-separated integers ({e})")
+    for d in args.dims:
+        if d <= 0 or 2048 % d:
+            ap.error(f"--dims: expected head dims that divide 2048 (heads * head_dim = 2048), got {d}")
+    for s in args.seqlens:
+        if s <= 0 or 16384 % s:
+            ap.error(f"--seqlens: expected lengths that divide 16384 (batch * seqlen = 16k tokens), got {s}")
+    if args.iters < 1 or args.rounds < 1:
+        ap.error(f"--iters and --rounds: expected >= 1, got {args.iters} and {args.rounds}")
+    return args
+
+
+def main():
+    args = parse_args()
+    import torch
+    from attention_impls import load_impls
+    from output_check import check_impl
+
+    fns, versions = load_impls(args.impls, lambda msg: print(f"# {msg}", file=sys.stderr))
+    impls = list(fns)
     if not impls:
-        sys.exit("nothing to time: --impls names only flash4 implementations and the package is not importable")
-    for d in [int(x) for x in args.dims.split(",")]:
-        for s in [int(x) for x in args.seqlens.split(",")]:
+        sys.exit("nothing to time: none of --impls imports (see the notes above)")
+    versions["gpu"] = torch.cuda.get_device_name()
+    print(json.dumps({"meta": versions}), flush=True)
+    for d in args.dims:
+        for s in args.seqlens:
             for causal in (False, True):
                 b, h = 16384 // s, 2048 // d
                 set_bytes = 4 * b * s * h * d * 2
@@ -80,17 +132,14 @@ def main():
                                            requires_grad=args.backward) for _ in range(3))
                     inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
+
                 def measure(impl):
+                    """(median ms, single-call ms or None) of this shape's pass."""
+                    attn = fns[impl]
+
                     def fwd(i):
                         q, k, v, _ = inputs[i]
-                        if impl.startswith("flash4"):  # flash4, flash4_deterministic
-                            return flash4.flash_attn_func(q, k, v, causal=causal,
-                                                          deterministic=impl == "flash4_deterministic")
-                        backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
-                        with sdpa_kernel(backend):
-                            # SDPA wants (b, h, s, d); transposes are views.
-                            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                                  v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+                        return attn(q, k, v, causal)
 
                     def fwd_bwd(i):
                         # autograd.grad, not backward(): no accumulation into .grad (three extra elementwise
@@ -105,15 +154,28 @@ def main():
                             q, k, v, dout = inputs[i]
                             torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
 
-                        return median_ms(bwd_only, args.iters, sets, args.warm_ms)
+                        return (median_ms(bwd_only, args.iters, sets, args.warm_ms),
+                                single_call_ms(bwd_only, args.iters, sets) if args.single else None)
                     if args.backward:
                         return (median_ms(fwd_bwd, args.iters, sets, args.warm_ms)
-                                - median_ms(fwd, args.iters, sets, args.warm_ms))
+                                - median_ms(fwd, args.iters, sets, args.warm_ms),
+                                single_call_ms(fwd_bwd, args.iters, sets) - single_call_ms(fwd, args.iters, sets)
+                                if args.single else None)
                     with torch.no_grad():
-                        return median_ms(fwd, args.iters, sets, args.warm_ms)
+                        return (median_ms(fwd, args.iters, sets, args.warm_ms),
+                                single_call_ms(fwd, args.iters, sets) if args.single else None)
 
                 times = {impl: [] for impl in impls}
+                singles = {impl: [] for impl in impls}
                 errors = {}
+                for impl in impls:
+                    try:
+                        q, k, v, dout = inputs[0]
+                        why = check_impl(fns[impl], q, k, v, dout if args.backward else None, causal)
+                        if why:
+                            errors[impl] = "check failed: " + why
+                    except Exception as e:
+                        errors[impl] = f"{type(e).__name__}: {str(e)[:200]}"
                 for r in range(args.rounds):
                     # Rotated, and reversed every other round, so that each implementation follows the others.
                     order = impls[r % len(impls):] + impls[:r % len(impls)]
@@ -121,17 +183,25 @@ def main():
                         if impl in errors:
                             continue
                         try:
-                            times[impl].append(measure(impl))
+                            ms, ms_single = measure(impl)
+                            times[impl].append(ms)
+                            if ms_single is not None:
+                                singles[impl].append(ms_single)
                         except Exception as e:
-                            errors[impl] = str(e)[:200]
+                            errors[impl] = f"{type(e).__name__}: {str(e)[:200]}"
                 for impl in impls:
+                    rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal)
+                    if impl == "fa4":
+                        rec["version"] = versions.get("flash_attn_4")
                     if impl in errors:
-                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, error=errors[impl])
+                        rec["error"] = errors[impl]
                     else:
                         ms = sorted(times[impl])[len(times[impl]) // 2]
-                        rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal, ms=round(ms, 4),
-                                   tflops=round(flops / ms / 1e9, 1), pass_="backward" if args.backward else "forward",
+                        rec.update(ms=round(ms, 4), tflops=round(flops / ms / 1e9, 1),
+                                   pass_="backward" if args.backward else "forward",
                                    ms_rounds=[round(t, 4) for t in times[impl]])
+                        if singles[impl]:
+                            rec["ms_single"] = round(sorted(singles[impl])[len(singles[impl]) // 2], 4)
                     print(json.dumps(rec), flush=True)
                 del inputs
                 torch.cuda.empty_cache()

@@ -17,11 +17,22 @@
 #   ab     - A/B of this build against every carried devbin/old/flash4_bench_<tag> (other commits' builds):
 #            forward and backward at AB_SEQLENS (default 1024,4096,16384), AB_ROUNDS rounds (default 3) in
 #            alternating build order; table by bench/ab_table.py, JSON lines in DIR/ab.jsonl
+#   ab-src - builds the benchmark of every carried source tree devsrc/<tag> (other commits or kernel variants,
+#            bf16 kernels only, in parallel) into devbin/old/flash4_bench_<tag>, for the ab stage that follows
+#   varlen - packed batches and the learnable sink against the dense batch of the same FLOPs (flash4_bench
+#            --varlen), JSON lines in DIR/varlen.jsonl
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
 #   bench-py - flash4 (through the Python package) vs cuDNN vs FA2 in ONE process, forward and backward, plus
 #            the ablation and the deterministic backward from flash4_bench; collected into $OUT/results.json
+#   peers  - flash4 (Python package: install-python first) vs FlashAttention-4 (flash-attn-4's CuTe-DSL kernels)
+#            vs cuDNN vs FA2 in ONE process, forward and backward (bench/sdpa_bench.py --impls
+#            ${PEERS_IMPLS:-flash4,fa4,cudnn,fa2} --single); needs FA4 importable: in the call after the one that
+#            staged .peers/a, this stage sources .peers/b/install-fa4.sh itself (docs/performance.md, "FlashAttention-4
+#            as a peer"). Skipped with a note when FA4 does not import. JSON lines, $OUT/peers-results.json (with
+#            FA4's version) and the table $OUT/peers-table.txt. PEERS_DIMS / PEERS_SEQLENS narrow the sweep,
+#            PEERS_ARGS adds sdpa_bench.py options (e.g. "--rounds 2"), PEERS_SKIP_BACKWARD=1 times the forward only.
 # Full logs go to $OUT; a short table is printed last.
 set -uo pipefail
 OUT=build/device-out
@@ -119,6 +130,31 @@ for stage in $STAGES; do
       echo "-- backward"; python3 bench/compare.py "$OUT/bwd.jsonl"
       echo "-- ablation"; python3 bench/compare.py "$OUT/ablation.jsonl"
       ;;
+    peers)
+      if ! python3 -c "import flash_attn.cute" 2>/dev/null && [[ -f .peers/b/install-fa4.sh ]]; then
+        # shellcheck disable=SC1091  # the wheels' installer, packed by ../shared/peers/pack-fa4.sh (git-ignored)
+        source .peers/b/install-fa4.sh >"$OUT/peers-install.log" 2>&1
+      fi
+      if ! python3 -c "import flash_attn.cute" >>"$OUT/peers-install.log" 2>&1; then
+        summary+=("peers: skipped, flash_attn.cute (FlashAttention-4) does not import; see $OUT/peers-install.log")
+      else
+        read -ra peers_extra <<<"${PEERS_ARGS:-}"
+        peers_args=(--impls "${PEERS_IMPLS:-flash4,fa4,cudnn,fa2}" --single --dims "${PEERS_DIMS:-64,128,256}"
+                    --seqlens "${PEERS_SEQLENS:-1024,2048,4096,8192,16384}" "${peers_extra[@]}")
+        PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py "${peers_args[@]}" >"$OUT/peers-fwd.jsonl" 2>"$OUT/peers-fwd.err"
+        summary+=("peers forward (one process): rc=$?")
+        : >"$OUT/peers-bwd.jsonl"
+        if [[ -z "${PEERS_SKIP_BACKWARD:-}" ]]; then
+          PYTHONUNBUFFERED=1 python3 bench/sdpa_bench.py --backward "${peers_args[@]}" >"$OUT/peers-bwd.jsonl" \
+            2>"$OUT/peers-bwd.err"
+          summary+=("peers backward (one process): rc=$?")
+        fi
+        python3 bench/report.py collect --out "$OUT/peers-results.json" --gpu "$(head -1 "$OUT/gpu.txt")" \
+          --commit "${COMMIT:-unknown}" --forward "$OUT/peers-fwd.jsonl" --backward "$OUT/peers-bwd.jsonl"
+        { echo "-- forward (TFLOP/s)"; python3 bench/compare.py "$OUT/peers-fwd.jsonl"
+          echo "-- backward (TFLOP/s)"; python3 bench/compare.py "$OUT/peers-bwd.jsonl"; } | tee "$OUT/peers-table.txt"
+      fi
+      ;;
     host)
       # Host microseconds per call: the C++ API and its parts (flash4_bench --host), then the Python paths next to
       # SDPA (bench/host_overhead.py; needs the package installed: install-python first).
@@ -154,7 +190,10 @@ PY
         for entry in "${bins[@]}"; do
           tag=${entry%%:*}
           bin=${entry#*:}
-          for pass in "" "--backward"; do
+          passes=("" "--backward")
+          [[ ${AB_PASSES:-both} == forward ]] && passes=("")
+          [[ ${AB_PASSES:-both} == backward ]] && passes=("--backward")
+          for pass in "${passes[@]}"; do
             timeout "${AB_LIMIT_S:-150}" "$bin" $pass --seqlens "${AB_SEQLENS:-1024,4096,16384}" --iters 30 2>>"$OUT/ab.err" |
               sed "s/\"impl\": \"/\"round\": $round, \"impl\": \"${tag}_/" >>"$OUT/ab.jsonl"
           done
@@ -162,6 +201,25 @@ PY
       done
       summary+=("A/B: $(wc -l <"$OUT/ab.jsonl") timings")
       python3 bench/ab_table.py "$OUT/ab.jsonl" --old "${AB_OLD:-old}" | tee "$OUT/ab-table.txt"
+      ;;
+    varlen)
+      timeout "${AB_LIMIT_S:-300}" "$BUILD_DIR/bench/flash4_bench" --varlen --iters 20 >"$OUT/varlen.jsonl" 2>"$OUT/varlen.err"
+      summary+=("varlen: rc=$? $(wc -l <"$OUT/varlen.jsonl") timings")
+      ;;
+    ab-src)
+      mkdir -p devbin/old
+      pids=()
+      for src in devsrc/*/; do
+        tag=$(basename "$src")
+        (cmake -S "$src" -B "build-ab-$tag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH4_CUDA=ON -DFLASH4_DTYPES=bf16 \
+           -DFLASH4_BUILD_TESTS=ON -DFLASH4_BUILD_APPS=OFF -DFLASH4_BUILD_BENCH=ON -DFLASH4_BENCH_VARIANTS=OFF &&
+           cmake --build "build-ab-$tag" --target flash4_bench &&
+           cp "build-ab-$tag/bench/flash4_bench" "devbin/old/flash4_bench_$tag") >"$OUT/ab-src-$tag.log" 2>&1 &
+        pids+=($!)
+      done
+      built=0
+      for pid in "${pids[@]}"; do wait "$pid" && built=$((built + 1)); done
+      summary+=("ab-src: built $built of ${#pids[@]} source trees")
       ;;
     ab-bwd)
       # A hung build (a deadlock in a WIP kernel) must not eat the whole device call: each run has its own limit.

@@ -5,7 +5,8 @@
 #
 # Environment:
 #   FLASH4_PYENV        where the virtual environment lives (default /tmp/flash4-pyenv; reused if present)
-#   FLASH4_TEST_TORCH   1 (default): install torch from PyPI and run the torch tests too; 0: numpy tests only
+#   FLASH4_TEST_TORCH   1 (default): install torch (and transformers) from PyPI and run the torch tests too;
+#                       0: numpy tests only
 #   FLASH4_CUDA         passed to the build (default OFF here: the C++ CI already compiles the kernels, and
 #                       nvcc would make this build take many minutes on 2 cores)
 #   PYTHON              the interpreter to build the environment from (default python3)
@@ -38,6 +39,11 @@ if [[ "$with_torch" == 1 ]]; then
     "$py" -c 'import torch; print("torch", torch.__version__)'
   else
     echo "WARNING: torch could not be installed: the torch tests (autograd, torch.compile) will be SKIPPED"
+  fi
+  # transformers for tests/python/test_transformers.py (flash4.integrations.transformers); skipped, saying so,
+  # when it cannot be installed.
+  if ! "$py" -m pip install -q transformers; then
+    echo "WARNING: transformers could not be installed: the Hugging Face integration tests will be SKIPPED"
   fi
 fi
 

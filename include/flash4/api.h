@@ -6,6 +6,31 @@
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
 // the score s = q.k * softmax_scale by c * tanh(s / c). C callers: flash4/c_api.h.
+//
+// Variable-length (packed) batches, set cu_seqlens_q and cu_seqlens_k (both or neither):
+//   q, out (total_q, heads, head_dim)   k, v (total_k, heads_kv, head_dim)   lse (heads, total_q) fp32
+//   cu_seqlens_q/k int32 (batch + 1), contiguous, on the tensors' device: segment b's queries are rows
+//   cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (the same for keys); max_seqlen_q/k bound the segment lengths
+//   (>= 1 when the packed tensor has rows; 0 is allowed only for an empty one). Masks are per segment (causal
+//   bottom-right in each). seqused_q / seqused_k (int32 (batch), optional, dense or packed): only the first n
+//   queries / keys of entry b take part. Rows that take part in no segment get out = 0 and lse = -inf in the
+//   forward and zero gradients in the backward.
+//   Host-resident offsets (CPU tensors) are checked exactly: cu[0] == 0, non-decreasing, cu[batch] <= total,
+//   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host by
+//   validation (that would need a synchronisation): offsets are clamped to [0, total] and lengths to the maxima
+//   and to the tensor's end, so bad values give wrong results but never an out-of-bounds access. The GPU forward
+//   reads them on the device; the GPU backward of a packed or seqused batch runs one dense backward per sequence
+//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture).
+//   The GPU forward reads whole 64..128-key tiles: keys of the tile past a sequence's used keys (past seqused_k,
+//   or rows after cu_seqlens_k[batch]) get probability 0 but are read, so they must hold finite values (a NaN or
+//   inf there would turn 0 * v into NaN); the rows of the next sequence always do. (Python's opt-in host
+//   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
+//   checks.)
+// Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
+// scaled nor softcapped) that carries no value to every row's softmax denominator, dense or packed. LSE
+// includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,
+// optional) receives d loss / d sink[h] = -sum over rows i of head h of exp(sink[h] - lse_i) * rowsum(dO_i * O_i),
+// overwritten, not accumulated.
 #pragma once
 
 #include <string>
@@ -39,6 +64,11 @@ struct ForwardArgs {
   int window_right = -1;
   float softcap = 0.0f;         // 0 = off
   Tuning tuning{};
+  // Variable-length batches and the learnable sink (see the header comment); all optional.
+  TensorView cu_seqlens_q, cu_seqlens_k;  // int32 (batch + 1), rank 1; both set = packed layout
+  TensorView seqused_q, seqused_k;        // int32 (batch), rank 1
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // packed: upper bounds of the segment lengths
+  TensorView learnable_sink;              // fp32 (heads), rank 1
 };
 
 struct BackwardArgs {
@@ -50,6 +80,13 @@ struct BackwardArgs {
   int window_right = -1;
   float softcap = 0.0f;
   bool deterministic = false;          // bit-identical gradients run to run
+  // As in ForwardArgs (the same values as the forward call); dsink (fp32 (heads)) is written when given, and
+  // may only be given with learnable_sink.
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  TensorView seqused_q, seqused_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  TensorView learnable_sink;
+  TensorView dsink;
 };
 
 // Result of can_implement: ok, or the reason this device cannot run the configuration.
@@ -60,8 +97,9 @@ struct Support {
 };
 
 // What can_implement validates. kWithoutBuffers checks shapes, strides, dtypes, devices and values but not the
-// data pointers (null is fine) nor aliasing, so that a configuration can be checked before its memory is
-// allocated (sizes that overflow are still refused); forward and backward always check everything.
+// data pointers (null is fine), aliasing, nor the contents of host cu_seqlens / seqused, so that a
+// configuration can be checked before its memory is allocated (sizes that overflow are still refused); forward
+// and backward always check everything.
 enum class Validation : int { kFull = 0, kWithoutBuffers = 1 };
 
 // Validates the arguments (throws Error(kInvalidArgument) on bad input) and reports whether the device the

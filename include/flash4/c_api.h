@@ -21,7 +21,12 @@ typedef enum flash4_status {
 } flash4_status;
 
 /* Values of flash4_tensor.dtype (those of flash4::DType). */
-typedef enum flash4_dtype { FLASH4_FLOAT32 = 0, FLASH4_FLOAT16 = 1, FLASH4_BFLOAT16 = 2 } flash4_dtype;
+typedef enum flash4_dtype {
+  FLASH4_FLOAT32 = 0,
+  FLASH4_FLOAT16 = 1,
+  FLASH4_BFLOAT16 = 2,
+  FLASH4_INT32 = 3 /* index tensors only: cu_seqlens, seqused */
+} flash4_dtype;
 
 /* Values of flash4_tensor.device_kind (those of flash4::DeviceKind). */
 typedef enum flash4_device_kind { FLASH4_DEVICE_CPU = 0, FLASH4_DEVICE_CUDA = 1 } flash4_device_kind;
@@ -40,7 +45,7 @@ typedef struct flash4_tensor {
   int32_t dtype;        /* flash4_dtype */
   int32_t device_kind;  /* flash4_device_kind */
   int32_t device_index; /* CUDA ordinal; ignored for the CPU */
-  int32_t rank;         /* 4 for attention tensors, 3 for lse */
+  int32_t rank;         /* 4 for attention tensors, 3 for lse (packed: 3 and 2), 1 for index / per-head tensors */
   int64_t shape[4];
   int64_t stride[4]; /* in elements; the last dimension must be contiguous */
 } flash4_tensor;
@@ -55,6 +60,11 @@ typedef struct flash4_forward_args {
   float softcap;                     /* 0 = off */
   int32_t exp2_mode;                 /* flash4_exp2_mode */
   int32_t conditional_rescale;
+  /* Packed (variable-length) batches and the learnable sink, as in flash4/api.h; all optional (zeroed by init). */
+  flash4_tensor cu_seqlens_q, cu_seqlens_k; /* int32 (batch + 1); both set = packed layout */
+  flash4_tensor seqused_q, seqused_k;       /* int32 (batch) */
+  int64_t max_seqlen_q, max_seqlen_k;
+  flash4_tensor learnable_sink; /* fp32 (heads) */
 } flash4_forward_args;
 
 /* flash4::BackwardArgs. Start from flash4_backward_args_init for the defaults. */
@@ -66,6 +76,11 @@ typedef struct flash4_backward_args {
   int32_t window_left, window_right;
   float softcap;
   int32_t deterministic;
+  flash4_tensor cu_seqlens_q, cu_seqlens_k; /* as in flash4_forward_args */
+  flash4_tensor seqused_q, seqused_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  flash4_tensor learnable_sink;
+  flash4_tensor dsink; /* optional output, fp32 (heads): the sink's gradient (needs learnable_sink) */
 } flash4_backward_args;
 
 /* The defaults of the C++ structs: empty tensors, scale 0 (default), no mask, no softcap, exp2 auto,
@@ -73,7 +88,7 @@ typedef struct flash4_backward_args {
 void flash4_forward_args_init(flash4_forward_args* args);
 void flash4_backward_args_init(flash4_backward_args* args);
 
-/* A contiguous (row-major) view of rank 3 or 4 with the given shape (shape[rank] values are read). */
+/* A contiguous (row-major) view of rank 1 to 4 with the given shape (shape[rank] values are read). */
 flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device_kind, int32_t device_index,
                                        int32_t rank, const int64_t* shape);
 

@@ -7,10 +7,11 @@
 
 namespace flash4 {
 
-enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+// kInt32 is for index tensors only (cu_seqlens, seqused); attention tensors are fp32 / fp16 / bf16.
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3 };
 
 // Size of one element in bytes.
-constexpr int dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+constexpr int dtype_size(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 2; }
 const char* dtype_name(DType t);
 
 enum class DeviceKind : int { kCpu = 0, kCuda = 1 };
@@ -26,7 +27,9 @@ struct Device {
 std::string device_name(Device d);  // "cpu", "cuda:0"
 
 // A non-owning view of a 4-D attention tensor (batch, seqlen, heads, head_dim) or, with rank 3, of the
-// LSE tensor (batch, heads, seqlen). Strides are in elements; the last dimension must be contiguous.
+// LSE tensor (batch, heads, seqlen). Variable-length calls use rank 3 for packed attention tensors
+// (total, heads, head_dim), rank 2 for their LSE (heads, total_q) and rank 1 for index and per-head tensors.
+// Strides are in elements; the last dimension must be contiguous.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kBFloat16;
@@ -46,6 +49,8 @@ struct TensorView {
 // A contiguous (row-major) view of `shape`, for the common case.
 TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
 TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t d1, int64_t d2);
+TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t d1);
+TensorView make_view(void* data, DType dtype, Device device, int64_t d0);
 
 // Opaque CUDA stream (a cudaStream_t cast to void*); nullptr is the default stream. Ignored on the CPU.
 using Stream = void*;

@@ -2,6 +2,8 @@
 
     import flash4
     out = flash4.flash_attn_func(q, k, v, causal=True)       # q (batch, seqlen_q, heads, head_dim)
+    out = flash4.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                                                               # packed: q (total_q, heads, head_dim)
 
 Works on torch tensors (CPU and CUDA; autograd and torch.compile through the custom ops flash4::fwd and
 flash4::bwd) and, forward only, on other DLPack arrays such as numpy arrays. Where torch is installed it is
@@ -12,8 +14,10 @@ from ._api import (
     Support,
     backward,
     can_implement,
+    check_varlen_offsets,
     cuda_available,
     flash_attn_func,
+    flash_attn_varlen_func,
     forward,
     scaled_dot_product_attention,
 )
@@ -26,8 +30,10 @@ __all__ = [
     "__version__",
     "backward",
     "can_implement",
+    "check_varlen_offsets",
     "cuda_available",
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "forward",
     "library_version",
     "scaled_dot_product_attention",

@@ -9,6 +9,7 @@ import numpy
 
 from . import _checks
 from ._native import _C
+from ._offsets import check_varlen_offsets, offsets_check_requested
 
 _LAYOUT = "(batch, seqlen, heads, head_dim)"
 _EXP2_MODES = {"auto": 0, "exact": 1, "polynomial": 2}
@@ -107,6 +108,7 @@ def flash_attn_func(
     deterministic=False,
     return_lse=False,
     *,
+    learnable_sink=None,
     dropout_p=0.0,
     alibi_slopes=None,
     return_attn_probs=False,
@@ -117,6 +119,8 @@ def flash_attn_func(
     softmax_scale: None (or 0) = 1/sqrt(head_dim). causal: bottom-right aligned. window_size: (left, right), -1 =
     unbounded. softcap: 0 = off. deterministic: bit-identical gradients. return_lse (or flash-attn's
     return_attn_probs): also return the log-sum-exp (batch, heads, seqlen_q), float32, natural log.
+    learnable_sink: None or (heads,) logits (gpt-oss attention sinks), one per head, added to every row's softmax
+    denominator with no value; differentiable (its gradient is computed in float32).
 
     torch tensors (CPU or CUDA): differentiable, runs on the current CUDA stream, traceable by torch.compile.
     Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
@@ -130,7 +134,8 @@ def flash_attn_func(
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(q=q, k=k, v=v)
     if _is_torch_tensor(q):
-        return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse)
+        return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
+                                          learnable_sink=learnable_sink)
 
     shape = check_attention_shape(q, "q")
     check_attention_shape(k, "k")
@@ -138,7 +143,67 @@ def flash_attn_func(
     batch, seqlen_q, heads, _ = shape
     out = _empty(q, shape)
     lse = _empty(q, (batch, heads, seqlen_q), float32=True)
-    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0)
+    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, learnable_sink=learnable_sink)
+    return (out, lse) if want_lse else out
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    deterministic=False,
+    return_lse=False,
+    seqused_q=None,
+    seqused_k=None,
+    learnable_sink=None,
+    *,
+    dropout_p=0.0,
+    alibi_slopes=None,
+    return_attn_probs=False,
+):
+    """Exact attention over a packed batch of sequences of different lengths, keyword-compatible with
+    flash-attn's flash_attn_varlen_func.
+
+    q: (total_q, heads, head_dim); k, v: (total_k, heads_kv, head_dim). cu_seqlens_q / cu_seqlens_k: int32
+    (batch + 1,) running offsets, cu[0] = 0 (int64 torch tensors are converted): sequence b is rows
+    cu[b] .. cu[b + 1] - 1. max_seqlen_q / max_seqlen_k: ints bounding the lengths. Masks apply per sequence
+    (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
+    each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
+    flash_attn_func; lse is (heads, total_q). CPU offsets are checked; CUDA ones are clamped by the kernels (see
+    docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too (check_varlen_offsets).
+    """
+    if offsets_check_requested():
+        check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    want_lse = bool(return_lse or return_attn_probs)
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(q=q, k=k, v=v)
+    if _is_torch_tensor(q):
+        return _torch_backend().attention(
+            q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
+            learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+    shape = getattr(q, "shape", None)
+    if shape is None or len(shape) != 3:
+        raise ValueError(f"q must have 3 dimensions (total_q, heads, head_dim), got shape {shape}")
+    total_q, heads, _ = shape
+    out = _empty(q, tuple(shape))
+    lse = _empty(q, (heads, total_q), float32=True)
+    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, cu_seqlens_q=cu_seqlens_q,
+               cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=int(max_seqlen_q),
+               max_seqlen_k=int(max_seqlen_k), learnable_sink=learnable_sink)
     return (out, lse) if want_lse else out
 
 

@@ -1,7 +1,10 @@
-"""flash4 for PyTorch: custom ops flash4::fwd and flash4::bwd with fake (meta) implementations, so that
+"""flash4 for PyTorch: custom ops flash4::fwd and flash4::bwd (dense or packed batches, optional learnable sink)
+with fake (meta) implementations, so that
 torch.compile traces them without graph breaks, and autograd wired from fwd to bwd; in eager mode the same
 kernels through a plain autograd.Function (_EagerAttention), whose host path is shorter. Imported (and the ops
 registered) the first time flash4 sees a torch tensor."""
+
+from typing import Optional
 
 import torch
 from torch.utils.dlpack import to_dlpack
@@ -33,25 +36,49 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
-def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
-    """out, lse of the library's forward, allocated here (the body of flash4::fwd and of _EagerAttention)."""
+# The optional packed-batch and sink arguments, in the order the ops take them (after the dense options):
+# cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink.
+_NO_SEQUENCES = (None, None, None, None, 0, 0, None)
+
+
+def _sequence_kwargs(seq):
+    cu_q, cu_k, used_q, used_k, max_q, max_k, sink = seq
+    dl = lambda t: None if t is None else to_dlpack(t)  # noqa: E731
+    return dict(cu_seqlens_q=dl(cu_q), cu_seqlens_k=dl(cu_k), seqused_q=dl(used_q), seqused_k=dl(used_k),
+                max_seqlen_q=int(max_q), max_seqlen_k=int(max_k), learnable_sink=dl(sink))
+
+
+def _lse_shape(q, cu_seqlens_q):
+    """(batch, heads, seqlen_q) for a dense q, (heads, total_q) for a packed one."""
+    if cu_seqlens_q is not None:
+        return (q.shape[1], q.shape[0])
     batch, seqlen_q, heads, _ = q.shape
+    return (batch, heads, seqlen_q)
+
+
+def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq=_NO_SEQUENCES):
+    """out, lse of the library's forward, allocated here (the body of flash4::fwd and of _EagerAttention)."""
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    lse = torch.empty(_lse_shape(q, seq[0]), dtype=torch.float32, device=q.device)
     # The library switches to q's device for the call itself; the outputs are allocated there explicitly.
     _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
-               window_left, window_right, softcap, _stream(q))
+               window_left, window_right, softcap, _stream(q), **_sequence_kwargs(seq))
     return out, lse
 
 
-def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    """dq, dk, dv of the library's backward, allocated here (the body of flash4::bwd and of _EagerAttention)."""
+def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+                  seq=_NO_SEQUENCES):
+    """dq, dk, dv, dsink of the library's backward, allocated here (the body of flash4::bwd and of
+    _EagerAttention). dsink is an empty float32 tensor when there is no sink."""
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    sink = seq[6]
+    dsink = torch.empty((0 if sink is None else sink.shape[0],), dtype=torch.float32, device=q.device)
     _C.backward(*(to_dlpack(t) for t in (dout, q, k, v, out, lse, dq, dk, dv)), softmax_scale, causal,
-                window_left, window_right, softcap, deterministic, _stream(q))
-    return dq, dk, dv
+                window_left, window_right, softcap, deterministic, _stream(q), **_sequence_kwargs(seq),
+                dsink=None if sink is None else to_dlpack(dsink))
+    return dq, dk, dv, dsink
 
 
 def _usable_gradient(dout, out):
@@ -75,16 +102,25 @@ def fwd(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    seqused_q: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
+    learnable_sink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
-    """out, lse = attention(q, k, v). `deterministic` is for the backward (kept here so autograd sees it)."""
-    return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    """out, lse = attention(q, k, v). `deterministic` is for the backward (kept here so autograd sees it). With
+    cu_seqlens_q/k: a packed batch, q (total_q, heads, head_dim) and lse (heads, total_q)."""
+    return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
+                        (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink))
 
 
 @fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    batch, seqlen_q, heads, _ = q.shape
+def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, cu_seqlens_q=None,
+              cu_seqlens_k=None, seqused_q=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, learnable_sink=None):
     out = q.new_empty(q.shape)
-    lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse
 
 
@@ -102,30 +138,65 @@ def bwd(
     window_right: int,
     softcap: float,
     deterministic: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """dq, dk, dv of attention for the upstream gradient dout, given fwd's out and lse."""
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    seqused_q: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
+    learnable_sink: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dq, dk, dv, dsink of attention for the upstream gradient dout, given fwd's out and lse (dsink: empty
+    without a sink)."""
     return _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
-                         deterministic)
+                         deterministic,
+                         (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink))
 
 
 @bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+              cu_seqlens_q=None, cu_seqlens_k=None, seqused_q=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0,
+              learnable_sink=None):
+    dsink = q.new_empty((0 if learnable_sink is None else learnable_sink.shape[0],), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
+
+
+_N_DENSE_INPUTS = 9  # q, k, v and the six options; the sequence arguments follow
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic = inputs
+    q, k, v = inputs[:3]
+    seq = tuple(inputs[_N_DENSE_INPUTS:]) + _NO_SEQUENCES[len(inputs) - _N_DENSE_INPUTS:]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    tensors = [t for t in (seq[0], seq[1], seq[2], seq[3], seq[6]) if t is not None]
+    ctx.save_for_backward(q, k, v, out, lse, *tensors)
+    ctx.present = tuple(t is not None for t in (seq[0], seq[1], seq[2], seq[3], seq[6]))
+    ctx.max_seqlens = (seq[4], seq[5])
+    ctx.options = tuple(inputs[3:_N_DENSE_INPUTS])
+    ctx.n_inputs = len(inputs)
     # The LSE is returned for inspection; gradients do not flow through it (as in flash-attn).
     ctx.mark_non_differentiable(lse)
 
 
+def _saved(ctx):
+    """q, k, v, out, lse and the sequence arguments tuple, from what _setup_context saved."""
+    q, k, v, out, lse, *rest = ctx.saved_tensors
+    it = iter(rest)
+    cu_q, cu_k, used_q, used_k, sink = (next(it) if present else None for present in ctx.present)
+    return q, k, v, out, lse, (cu_q, cu_k, used_q, used_k, ctx.max_seqlens[0], ctx.max_seqlens[1], sink)
+
+
+def _input_gradients(ctx, dq, dk, dv, dsink, sink):
+    grads = [dq, dk, dv] + [None] * (ctx.n_inputs - 3)
+    if sink is not None:
+        grads[_N_DENSE_INPUTS + 6] = dsink
+    return tuple(grads)
+
+
 def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flash4.bwd(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None
+    q, k, v, out, lse, seq = _saved(ctx)
+    dq, dk, dv, dsink = torch.ops.flash4.bwd(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options, *seq)
+    return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -138,31 +209,64 @@ class _EagerAttention(torch.autograd.Function):
     torch.compile still sees the custom ops (attention() picks them while compiling)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
-        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic),
-                       (out, lse))
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, *given):
+        seq = tuple(given) + _NO_SEQUENCES[len(given):]
+        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq)
+        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
+                       + seq, (out, lse))
+        ctx.n_inputs = _N_DENSE_INPUTS + len(given)  # backward returns one gradient per argument of apply()
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _run_backward(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options)
-        return dq, dk, dv, None, None, None, None, None, None
+        q, k, v, out, lse, seq = _saved(ctx)
+        dq, dk, dv, dsink = _run_backward(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options, seq)
+        return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 
 
-def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, return_lse):
-    """flash_attn_func for torch tensors, with the options already normalized."""
+def _index_tensor(t, name):
+    """cu_seqlens / seqused as the library takes them: int32, contiguous (flash-attn passes int32; int64 is
+    converted rather than refused)."""
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (int32), got {type(t).__name__}")
+    if t.dtype == torch.int64:
+        t = t.to(torch.int32)
+    return t.contiguous()
+
+
+def _sink_tensor(sink):
+    """learnable_sink in float32 (the library's type); the cast is differentiable, so the sink's gradient
+    reaches a parameter of any float dtype."""
+    if sink is None:
+        return None
+    if not isinstance(sink, Tensor):
+        raise TypeError(f"learnable_sink must be a torch.Tensor of shape (heads,), got {type(sink).__name__}")
+    return sink.to(torch.float32).contiguous() if sink.dtype != torch.float32 else sink.contiguous()
+
+
+def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, return_lse,
+              learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_q=None, seqused_k=None,
+              max_seqlen_q=0, max_seqlen_k=0):
+    """flash_attn_func (dense, rank 4) and flash_attn_varlen_func (packed, rank 3: cu_seqlens given) for torch
+    tensors, with the options already normalized."""
+    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    rank, layout = (3, "(total, heads, head_dim)") if packed else (4, "(batch, seqlen, heads, head_dim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have 4 dimensions (batch, seqlen, heads, head_dim), got shape "
-                             f"{tuple(t.shape)}")
+        if t.dim() != rank:
+            raise ValueError(f"{name} must have {rank} dimensions {layout}, got shape {tuple(t.shape)}")
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    seq = (_index_tensor(cu_seqlens_q, "cu_seqlens_q"), _index_tensor(cu_seqlens_k, "cu_seqlens_k"),
+           _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), int(max_seqlen_q),
+           int(max_seqlen_k), _sink_tensor(learnable_sink))
+    if all(x is None for x in seq[:4]) and seq[6] is None and seq[4] == 0 and seq[5] == 0:
+        seq = ()  # the dense call keeps its short argument list
     if torch.compiler.is_compiling():
-        out, lse = torch.ops.flash4.fwd(q, k, v, *options)
+        out, lse = torch.ops.flash4.fwd(q, k, v, *options, *seq)
     else:
-        out, lse = _EagerAttention.apply(q, k, v, *options)
+        out, lse = _EagerAttention.apply(q, k, v, *options, *seq)
     return (out, lse) if return_lse else out

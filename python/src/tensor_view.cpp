@@ -25,14 +25,19 @@ std::string describe_dtype(nb::dlpack::dtype t) {
   return s;
 }
 
-DType to_dtype(nb::dlpack::dtype t, const char* name) {
+// int32 only for the rank-1 index tensors (cu_seqlens, seqused): an int32 attention tensor keeps the message
+// that lists the attention dtypes.
+DType to_dtype(nb::dlpack::dtype t, const char* name, bool index_tensor) {
   if (t.lanes == 1) {
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 32) return DType::kFloat32;
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) return DType::kFloat16;
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) return DType::kBFloat16;
+    if (index_tensor && t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) && t.bits == 32)
+      return DType::kInt32;
   }
   const std::string message = std::string(name) + " has dtype " + describe_dtype(t) +
-                              "; flash4 takes float32, float16 or bfloat16 (lse: float32)";
+                              "; flash4 takes float32, float16 or bfloat16 (lse, learnable_sink: float32; "
+                              "cu_seqlens, seqused: int32)";
   throw nb::type_error(message.c_str());
 }
 
@@ -45,12 +50,17 @@ Device to_device(int device_type, int device_id, const char* name) {
 }
 
 const char* layout_of(int rank) {
-  return rank == kLseRank ? "(batch, heads, seqlen_q)" : "(batch, seqlen, heads, head_dim)";
+  switch (rank) {
+    case kAttentionRank: return "(batch, seqlen, heads, head_dim)";
+    case kLseRank: return "(batch, heads, seqlen_q), or (total, heads, head_dim) for a packed batch";
+    case kPackedLseRank: return "(heads, total_q)";
+    default: return "(n,)";
+  }
 }
 
 template <typename Array>
 TensorView convert(const Array& a, const char* name, int rank) {
-  const DType dtype = to_dtype(a.dtype(), name);
+  const DType dtype = to_dtype(a.dtype(), name, rank == kVectorRank);
   const Device device = to_device(a.device_type(), a.device_id(), name);
   if (static_cast<int>(a.ndim()) != rank) {
     const std::string message = std::string(name) + " must have " + std::to_string(rank) + " dimensions " +

@@ -11,8 +11,13 @@ namespace flash4::python {
 // Rank of the attention tensors (batch, seqlen, heads, head_dim) and of the LSE (batch, heads, seqlen_q).
 constexpr int kAttentionRank = 4;
 constexpr int kLseRank = 3;
+// Packed (variable-length) batches: attention tensors (total, heads, head_dim), LSE (heads, total_q), and the
+// rank-1 index and per-head tensors (cu_seqlens, seqused, learnable_sink, dsink).
+constexpr int kPackedAttentionRank = 3;
+constexpr int kPackedLseRank = 2;
+constexpr int kVectorRank = 1;
 
-// Raises TypeError for an element type flash4 does not take (only float32, float16, bfloat16), ValueError
+// Raises TypeError for an element type flash4 does not take (float32, float16, bfloat16, int32), ValueError
 // for a device other than the CPU or CUDA, or a rank other than `rank`. Shapes and strides are copied as
 // they are (strides in elements); everything else is validated by the library itself.
 TensorView to_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);

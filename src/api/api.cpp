@@ -3,7 +3,8 @@
 // Degenerate shapes are settled here so backends only see real work: no output elements -> nothing to do;
 // forward with seqlen_k == 0 -> every row is fully masked (out = 0, lse = -inf); backward where no (query, key)
 // pair exists (seqlen_q, seqlen_k or heads is 0) -> zero gradients. On the CPU the API layer writes those
-// itself; CUDA tensors go to the CUDA backend, which must handle them (it owns device memory).
+// itself; CUDA tensors go to the CUDA backend, which must handle them (it owns device memory). Packed batches,
+// seqused and the learnable sink always reach the CPU backend, which handles their empty segments itself.
 #include <cstring>
 #include <limits>
 #include <string>
@@ -55,29 +56,43 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
   return s;
 }
 
+// What the CUDA backend can run.
+Support cuda_can(const ForwardArgs& args, const detail::Problem& p) { return detail::cuda_can_forward(args, p); }
+Support cuda_can(const BackwardArgs& args, const detail::Problem& p) { return detail::cuda_can_backward(args, p); }
+
+// Whether the CPU backend must see the call even when it has no (query, key) pair: only the backend knows which
+// rows of a packed or seqused batch are covered, and a sink gives key-less rows a finite LSE.
+bool cpu_needs_backend(const detail::Problem& p) {
+  return p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.learnable_sink != nullptr;
+}
+
 }  // namespace
 
 Support can_implement(const ForwardArgs& args, Validation scope) {
   const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};  // the CPU path runs every valid configuration
-  return detail::cuda_can_forward(args, p);
+  return cuda_can(args, p);
 }
 
 Support can_implement(const BackwardArgs& args, Validation scope) {
   const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};
-  return detail::cuda_can_backward(args, p);
+  return cuda_can(args, p);
 }
 
 void forward(const ForwardArgs& args, Stream stream) {
   const detail::Problem p = detail::validate(args);
   if (!is_cpu(args.q)) {
-    unsupported_on_cuda(detail::cuda_can_forward(args, p), "flash4::forward");
+    unsupported_on_cuda(cuda_can(args, p), "flash4::forward");
     if (args.out.numel() == 0) return;
     detail::cuda_forward(args, p, stream);
     return;
   }
   if (args.out.numel() == 0) return;
+  if (cpu_needs_backend(p)) {
+    detail::cpu_forward(args, p);
+    return;
+  }
   if (p.seqlen_k == 0) {  // no keys: every row is fully masked
     zero_host(args.out);
     fill_lse_host(args.lse, -std::numeric_limits<float>::infinity());
@@ -88,14 +103,19 @@ void forward(const ForwardArgs& args, Stream stream) {
 
 void backward(const BackwardArgs& args, Stream stream) {
   const detail::Problem p = detail::validate(args);
-  const bool no_outputs = args.dq.numel() == 0 && args.dk.numel() == 0 && args.dv.numel() == 0;
+  const bool no_outputs =
+      args.dq.numel() == 0 && args.dk.numel() == 0 && args.dv.numel() == 0 && args.dsink.numel() == 0;
   if (!is_cpu(args.q)) {
-    unsupported_on_cuda(detail::cuda_can_backward(args, p), "flash4::backward");
+    unsupported_on_cuda(cuda_can(args, p), "flash4::backward");
     if (no_outputs) return;
     detail::cuda_backward(args, p, stream);
     return;
   }
   if (no_outputs) return;
+  if (cpu_needs_backend(p)) {
+    detail::cpu_backward(args, p);
+    return;
+  }
   if (p.seqlen_q == 0 || p.seqlen_k == 0 || p.heads == 0) {  // no (query, key) pair: all gradients are zero
     zero_host(args.dq);
     zero_host(args.dk);

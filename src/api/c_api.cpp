@@ -17,7 +17,8 @@ static_assert(FLASH4_STATUS_OK == static_cast<int>(Status::kOk) &&
               FLASH4_STATUS_INTERNAL == static_cast<int>(Status::kInternal));
 static_assert(FLASH4_FLOAT32 == static_cast<int>(DType::kFloat32) &&
               FLASH4_FLOAT16 == static_cast<int>(DType::kFloat16) &&
-              FLASH4_BFLOAT16 == static_cast<int>(DType::kBFloat16));
+              FLASH4_BFLOAT16 == static_cast<int>(DType::kBFloat16) &&
+              FLASH4_INT32 == static_cast<int>(DType::kInt32));
 static_assert(FLASH4_DEVICE_CPU == static_cast<int>(DeviceKind::kCpu) &&
               FLASH4_DEVICE_CUDA == static_cast<int>(DeviceKind::kCuda));
 static_assert(FLASH4_EXP2_AUTO == static_cast<int>(Exp2Mode::kAuto) &&
@@ -77,6 +78,18 @@ flash4_tensor to_c(const TensorView& v) {
   return t;
 }
 
+// The packed-batch and sink fields, spelled alike in both argument structs of both APIs.
+template <typename C, typename Cpp>
+void sequences_to_cpp(const C& a, Cpp& b) {
+  b.cu_seqlens_q = to_view(a.cu_seqlens_q);
+  b.cu_seqlens_k = to_view(a.cu_seqlens_k);
+  b.seqused_q = to_view(a.seqused_q);
+  b.seqused_k = to_view(a.seqused_k);
+  b.max_seqlen_q = a.max_seqlen_q;
+  b.max_seqlen_k = a.max_seqlen_k;
+  b.learnable_sink = to_view(a.learnable_sink);
+}
+
 ForwardArgs to_cpp(const flash4_forward_args& a) {
   ForwardArgs f;
   f.q = to_view(a.q);
@@ -91,6 +104,7 @@ ForwardArgs to_cpp(const flash4_forward_args& a) {
   f.softcap = a.softcap;
   f.tuning.exp2 = static_cast<Exp2Mode>(a.exp2_mode);
   f.tuning.conditional_rescale = a.conditional_rescale != 0;
+  sequences_to_cpp(a, f);
   return f;
 }
 
@@ -111,6 +125,8 @@ BackwardArgs to_cpp(const flash4_backward_args& a) {
   b.window_right = a.window_right;
   b.softcap = a.softcap;
   b.deterministic = a.deterministic != 0;
+  sequences_to_cpp(a, b);
+  b.dsink = to_view(a.dsink);
   return b;
 }
 
@@ -137,6 +153,9 @@ void flash4_forward_args_init(flash4_forward_args* args) {
   args->window_left = d.window_left;
   args->window_right = d.window_right;
   args->softcap = d.softcap;
+  for (flash4_tensor* t : {&args->cu_seqlens_q, &args->cu_seqlens_k, &args->seqused_q, &args->seqused_k,
+                           &args->learnable_sink})
+    *t = empty;
   args->exp2_mode = static_cast<int32_t>(d.tuning.exp2);
   args->conditional_rescale = d.tuning.conditional_rescale;
 }
@@ -156,6 +175,9 @@ void flash4_backward_args_init(flash4_backward_args* args) {
   args->window_right = d.window_right;
   args->softcap = d.softcap;
   args->deterministic = d.deterministic;
+  for (flash4_tensor* t : {&args->cu_seqlens_q, &args->cu_seqlens_k, &args->seqused_q, &args->seqused_k,
+                           &args->learnable_sink, &args->dsink})
+    *t = empty;
 }
 
 flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device_kind, int32_t device_index,

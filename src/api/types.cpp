@@ -12,6 +12,7 @@ const char* dtype_name(DType t) {
     case DType::kFloat32: return "fp32";
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
+    case DType::kInt32: return "int32";
   }
   return "invalid dtype";
 }
@@ -58,6 +59,23 @@ TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t
   t.rank = 3;
   t.shape[3] = 0;
   t.stride[3] = 0;
+  return t;
+}
+
+// Lower ranks by the same trick: contiguous strides of a trailing size-1 dimension, which is then dropped.
+TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t d1) {
+  TensorView t = make_view(data, dtype, device, d0, d1, 1);
+  t.rank = 2;
+  t.shape[2] = 0;
+  t.stride[2] = 0;
+  return t;
+}
+
+TensorView make_view(void* data, DType dtype, Device device, int64_t d0) {
+  TensorView t = make_view(data, dtype, device, d0, 1);
+  t.rank = 1;
+  t.shape[1] = 0;
+  t.stride[1] = 0;
   return t;
 }
 

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "api/checker.h"
+#include "api/validate_sequences.h"
 
 namespace flash4::detail {
 namespace {
@@ -14,47 +16,33 @@ namespace {
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kHeadDimMultiple = 8;  // 16-byte rows for vector loads and TMA
 
-// Names of the 4-D attention dimensions, for messages.
+// Names of the dimensions, for messages: dense attention tensors, packed ones, and the LSE of each.
 constexpr const char* kDimNames[4] = {"batch", "seqlen", "heads", "head_dim"};
+constexpr const char* kPackedDimNames[3] = {"total", "heads", "head_dim"};
 constexpr const char* kLseDimNames[3] = {"batch", "heads", "seqlen_q"};
+constexpr const char* kPackedLseDimNames[2] = {"heads", "total_q"};
 
-// Collects the calling entry point's name so every message starts with it, and whether the buffers (data
-// pointers, aliasing) are checked too or only the shapes and values (Validation::kWithoutBuffers).
-class Checker {
- public:
-  Checker(const char* entry_point, bool buffers) : entry_point_(entry_point), buffers_(buffers) {}
 
-  [[noreturn]] void fail(const std::string& message) const {
-    throw Error(Status::kInvalidArgument, std::string(entry_point_) + ": " + message);
-  }
-  bool buffers() const { return buffers_; }
+}  // namespace
 
- private:
-  const char* entry_point_;
-  bool buffers_;
-};
-
-// REQUIRE(checker, condition, message): the message (string concatenations, to_string) is built only when the
-// condition fails. Built eagerly on every call, the messages cost 12 us per backward and 6 us per forward call on
-// the host (tiny problems, CPU build machine): more than a kernel launch.
-#define FLASH4_REQUIRE(checker, condition, message) \
-  do {                                              \
-    if (!(condition)) (checker).fail(message);      \
-  } while (0)
-
-std::string dim_label(const char* tensor, int rank, int i) {
-  const char* dim = rank == 3 ? kLseDimNames[i] : kDimNames[i];
-  return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + dim + ")";
+std::string dim_label(const char* tensor, int i, const char* const* dims) {
+  return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + dims[i] + ")";
 }
 
-// Checks one tensor on its own: rank, dtype and device values, sizes, strides, pointer, and that its byte
-// extent fits in int64 (so later pointer arithmetic in the backends cannot overflow).
-void check_tensor(const Checker& c, const TensorView& t, const char* name, int rank) {
+bool present(const TensorView& t) {
+  if (t.data != nullptr) return true;
+  for (int64_t s : t.shape)
+    if (s != 0) return true;
+  return false;
+}
+
+// (Its extent fitting in int64 keeps later pointer arithmetic in the backends from overflowing.)
+void check_tensor(const Checker& c, const TensorView& t, const char* name, int rank, const char* const* dims) {
   FLASH4_REQUIRE(
       c, t.rank == rank,
       std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
   const int dtype = static_cast<int>(t.dtype);
-  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 2, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
+  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 3, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
   const int kind = static_cast<int>(t.device.kind);
   FLASH4_REQUIRE(c, kind == 0 || kind == 1,
                  std::string(name) + ".device.kind has invalid value " + std::to_string(kind));
@@ -65,7 +53,7 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
   int64_t numel = 1;
   int64_t last_offset = 0;  // offset in elements of the last element, strides being non-negative
   for (int i = 0; i < rank; ++i) {
-    FLASH4_REQUIRE(c, t.shape[i] >= 0, dim_label(name, rank, i) + " = " + std::to_string(t.shape[i]) + " must be >= 0");
+    FLASH4_REQUIRE(c, t.shape[i] >= 0, dim_label(name, i, dims) + " = " + std::to_string(t.shape[i]) + " must be >= 0");
     FLASH4_REQUIRE(
         c, t.stride[i] >= 0,
         std::string(name) + ".stride[" + std::to_string(i) + "] = " + std::to_string(t.stride[i]) + " must be >= 0");
@@ -92,6 +80,8 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
                      " bytes for " + dtype_name(t.dtype) + ")");
 }
 
+namespace {
+
 // Byte range [begin, end) that a tensor's elements span; empty for an empty tensor.
 struct ByteRange {
   uintptr_t begin = 0, end = 0;
@@ -105,6 +95,8 @@ ByteRange byte_range(const TensorView& t) {
   return {begin, begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype))};
 }
 
+}  // namespace
+
 // Conservative: two tensors whose byte ranges intersect are treated as aliasing, even if strided views
 // interleave without sharing elements (e.g. a packed dqkv buffer).
 void check_no_overlap(const Checker& c, const TensorView& out, const char* out_name, const TensorView& other,
@@ -117,11 +109,23 @@ void check_no_overlap(const Checker& c, const TensorView& out, const char* out_n
       std::string(out_name) + " overlaps " + other_name + " in memory; outputs must not alias inputs or other outputs");
 }
 
+void check_same_device(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
+                       const char* like_name) {
+  FLASH4_REQUIRE(c, t.device == like.device,
+                 std::string(name) + " is on " + device_name(t.device) + " but " + like_name + " is on " +
+                     device_name(like.device) + "; all tensors must be on one device");
+}
+
+namespace {
+
+// Dimension names of an attention tensor (q, k, v, out and their gradients) in the call's layout.
+const char* const* attention_dims(bool packed) { return packed ? kPackedDimNames : kDimNames; }
+
 void check_same_shape(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
-                      const char* like_name) {
+                      const char* like_name, const char* const* dims) {
   for (int i = 0; i < like.rank; ++i) {
     FLASH4_REQUIRE(c, t.shape[i] == like.shape[i],
-                   dim_label(name, like.rank, i) + " = " + std::to_string(t.shape[i]) + " but " + like_name +
+                   dim_label(name, i, dims) + " = " + std::to_string(t.shape[i]) + " but " + like_name +
                        ".shape[" + std::to_string(i) + "] = " + std::to_string(like.shape[i]) + "; " + name +
                        " must have the shape of " + like_name);
   }
@@ -134,55 +138,70 @@ void check_same_dtype(const Checker& c, const TensorView& t, const char* name, c
                      dtype_name(like.dtype) + "; they must match");
 }
 
-void check_same_device(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
-                       const char* like_name) {
-  FLASH4_REQUIRE(c, t.device == like.device,
-                 std::string(name) + " is on " + device_name(t.device) + " but " + like_name + " is on " +
-                     device_name(like.device) + "; all tensors must be on one device");
-}
-
+// Dense: (batch, heads, seqlen_q). Packed: (heads, total_q).
 void check_lse(const Checker& c, const TensorView& lse, const char* name, const Problem& p) {
-  check_tensor(c, lse, name, 3);
+  const bool packed = p.varlen();
+  const int rank = packed ? 2 : 3;
+  const char* const* dims = packed ? kPackedLseDimNames : kLseDimNames;
+  check_tensor(c, lse, name, rank, dims);
   FLASH4_REQUIRE(c, lse.dtype == DType::kFloat32,
                  std::string(name) + ".dtype is " + dtype_name(lse.dtype) + " but must be fp32");
-  const int64_t expected[3] = {p.batch, p.heads, p.seqlen_q};
-  for (int i = 0; i < 3; ++i) {
+  const int64_t dense[3] = {p.batch, p.heads, p.seqlen_q}, varlen[2] = {p.heads, p.total_q};
+  const int64_t* expected = packed ? varlen : dense;
+  for (int i = 0; i < rank; ++i) {
     FLASH4_REQUIRE(c, lse.shape[i] == expected[i],
-                   dim_label(name, 3, i) + " = " + std::to_string(lse.shape[i]) + " but expected " +
-                       std::to_string(expected[i]) + "; lse must be (batch, heads, seqlen_q)");
+                   dim_label(name, i, dims) + " = " + std::to_string(lse.shape[i]) + " but expected " +
+                       std::to_string(expected[i]) + "; lse must be " +
+                       (packed ? "(heads, total_q) for a packed batch" : "(batch, heads, seqlen_q)"));
   }
 }
 
-// q, k, v: shapes, dtypes and head counts shared by forward and backward. Fills the sizes of `p`.
-void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const TensorView& v, Problem& p) {
-  check_tensor(c, q, "q", 4);
-  check_tensor(c, k, "k", 4);
-  check_tensor(c, v, "v", 4);
+// q, k, v: shapes, dtypes and head counts shared by forward and backward. Dense tensors are rank 4 (batch,
+// seqlen, heads, head_dim), packed ones rank 3 (total, heads, head_dim). Fills the sizes of `p` (for a packed
+// batch, everything but batch and the maxima, which come from the offsets).
+void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const TensorView& v, bool packed,
+               Problem& p) {
+  const int rank = packed ? 3 : 4, s = rank - 3, hh = rank - 2, hd = rank - 1;  // seqlen, heads, head_dim
+  const char* const* dims = attention_dims(packed);
+  check_tensor(c, q, "q", rank, dims);
+  check_tensor(c, k, "k", rank, dims);
+  check_tensor(c, v, "v", rank, dims);
+  FLASH4_REQUIRE(c, q.dtype != DType::kInt32, "q.dtype is int32 but must be fp32, fp16 or bf16");
   check_same_dtype(c, k, "k", q, "q");
   check_same_dtype(c, v, "v", q, "q");
   check_same_device(c, k, "k", q, "q");
   check_same_device(c, v, "v", q, "q");
-  FLASH4_REQUIRE(c, k.shape[0] == q.shape[0],
-                 "k.shape[0] (batch) = " + std::to_string(k.shape[0]) +
-                     " but q.shape[0] = " + std::to_string(q.shape[0]) + "; q, k, v must share batch");
-  FLASH4_REQUIRE(c, k.shape[3] == q.shape[3],
-                 "k.shape[3] (head_dim) = " + std::to_string(k.shape[3]) +
-                     " but q.shape[3] = " + std::to_string(q.shape[3]) + "; q, k, v must share head_dim");
-  check_same_shape(c, v, "v", k, "k");
+  if (!packed) {
+    FLASH4_REQUIRE(c, k.shape[0] == q.shape[0],
+                   "k.shape[0] (batch) = " + std::to_string(k.shape[0]) +
+                       " but q.shape[0] = " + std::to_string(q.shape[0]) + "; q, k, v must share batch");
+  }
+  FLASH4_REQUIRE(c, k.shape[hd] == q.shape[hd],
+                 "k.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(k.shape[hd]) + " but q.shape[" +
+                     std::to_string(hd) + "] = " + std::to_string(q.shape[hd]) + "; q, k, v must share head_dim");
+  check_same_shape(c, v, "v", k, "k", dims);
 
-  p.batch = q.shape[0];
-  p.seqlen_q = q.shape[1];
-  p.heads = q.shape[2];
-  p.head_dim = q.shape[3];
-  p.seqlen_k = k.shape[1];
-  p.heads_kv = k.shape[2];
-  FLASH4_REQUIRE(c, p.heads_kv >= 1, "k.shape[2] (heads_kv) = " + std::to_string(p.heads_kv) + " must be >= 1");
+  p.heads = q.shape[hh];
+  p.head_dim = q.shape[hd];
+  p.heads_kv = k.shape[hh];
+  if (packed) {
+    p.total_q = q.shape[0];
+    p.total_k = k.shape[0];
+  } else {
+    p.batch = q.shape[0];
+    p.seqlen_q = q.shape[s];
+    p.seqlen_k = k.shape[s];
+    p.total_q = p.batch * p.seqlen_q;  // no overflow: q's extent was checked
+    p.total_k = p.batch * p.seqlen_k;
+  }
+  const std::string heads_kv = "k.shape[" + std::to_string(hh) + "] (heads_kv)";
+  FLASH4_REQUIRE(c, p.heads_kv >= 1, heads_kv + " = " + std::to_string(p.heads_kv) + " must be >= 1");
   FLASH4_REQUIRE(c, p.heads % p.heads_kv == 0,
-                 "q.shape[2] (heads) = " + std::to_string(p.heads) + " is not a multiple of k.shape[2] (heads_kv) = " +
-                     std::to_string(p.heads_kv) + "; GQA/MQA needs heads % heads_kv == 0");
-  FLASH4_REQUIRE(
-      c, p.head_dim % kHeadDimMultiple == 0 && p.head_dim >= kHeadDimMultiple && p.head_dim <= kMaxHeadDim,
-      "q.shape[3] (head_dim) = " + std::to_string(p.head_dim) + " but head_dim must be a multiple of 8 in [8, 256]");
+                 "q.shape[" + std::to_string(hh) + "] (heads) = " + std::to_string(p.heads) + " is not a multiple of " +
+                     heads_kv + " = " + std::to_string(p.heads_kv) + "; GQA/MQA needs heads % heads_kv == 0");
+  FLASH4_REQUIRE(c, p.head_dim % kHeadDimMultiple == 0 && p.head_dim >= kHeadDimMultiple && p.head_dim <= kMaxHeadDim,
+                 "q.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(p.head_dim) +
+                     " but head_dim must be a multiple of 8 in [8, 256]");
 }
 
 // Scalars and the mask; resolves the scale default and folds `causal` into the window.
@@ -208,32 +227,38 @@ void check_scalars(const Checker& c, const Args& args, Problem& p) {
   if (args.causal) p.window_right = args.window_right == -1 ? 0 : std::min<int64_t>(args.window_right, 0);
 }
 
-// lse is optional in the forward: absent when its pointer is null and its shape is all zeros.
-bool lse_requested(const TensorView& lse) {
-  if (lse.data != nullptr) return true;
-  for (int64_t s : lse.shape)
-    if (s != 0) return true;
-  return false;
+// Layout, sizes and scalars common to forward and backward.
+template <typename Args>
+Problem check_problem(const Checker& c, const Args& args) {
+  Problem p;
+  const bool packed = packed_layout_requested(c, args.cu_seqlens_q, args.cu_seqlens_k);
+  check_qkv(c, args.q, args.k, args.v, packed, p);
+  check_sequence_args(c, SequenceArgs::of(args), p);
+  check_scalars(c, args, p);
+  return p;
 }
 
 }  // namespace
 
 Problem validate(const ForwardArgs& args, Validation scope) {
   const Checker c("flash4::forward", scope == Validation::kFull);
-  Problem p;
-  check_qkv(c, args.q, args.k, args.v, p);
-  check_tensor(c, args.out, "out", 4);
+  Problem p = check_problem(c, args);
+  const char* const* dims = attention_dims(p.varlen());
+  check_tensor(c, args.out, "out", args.q.rank, dims);
   check_same_dtype(c, args.out, "out", args.q, "q");
   check_same_device(c, args.out, "out", args.q, "q");
-  check_same_shape(c, args.out, "out", args.q, "q");
-  const bool has_lse = lse_requested(args.lse);
+  check_same_shape(c, args.out, "out", args.q, "q", dims);
+  const bool has_lse = present(args.lse);
   if (has_lse) {
     check_lse(c, args.lse, "lse", p);
     check_same_device(c, args.lse, "lse", args.q, "q");
   }
-  check_scalars(c, args, p);
 
-  for (const auto& [in, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}}) {
+  const std::pair<const TensorView*, const char*> inputs[] = {
+      {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.cu_seqlens_q, "cu_seqlens_q"},
+      {&args.cu_seqlens_k, "cu_seqlens_k"}, {&args.seqused_q, "seqused_q"}, {&args.seqused_k, "seqused_k"},
+      {&args.learnable_sink, "learnable_sink"}};
+  for (const auto& [in, name] : inputs) {
     check_no_overlap(c, args.out, "out", *in, name);
     if (has_lse) check_no_overlap(c, args.lse, "lse", *in, name);
   }
@@ -243,33 +268,37 @@ Problem validate(const ForwardArgs& args, Validation scope) {
 
 Problem validate(const BackwardArgs& args, Validation scope) {
   const Checker c("flash4::backward", scope == Validation::kFull);
-  Problem p;
-  check_qkv(c, args.q, args.k, args.v, p);
+  Problem p = check_problem(c, args);
+  const char* const* dims = attention_dims(p.varlen());
   const std::pair<const TensorView*, const char*> like_q[] = {
       {&args.dout, "dout"}, {&args.out, "out"}, {&args.dq, "dq"}};
   const std::pair<const TensorView*, const char*> like_k[] = {{&args.dk, "dk"}, {&args.dv, "dv"}};
   for (const auto& [t, name] : like_q) {
-    check_tensor(c, *t, name, 4);
+    check_tensor(c, *t, name, args.q.rank, dims);
     check_same_dtype(c, *t, name, args.q, "q");
     check_same_device(c, *t, name, args.q, "q");
-    check_same_shape(c, *t, name, args.q, "q");
+    check_same_shape(c, *t, name, args.q, "q", dims);
   }
   for (const auto& [t, name] : like_k) {
-    check_tensor(c, *t, name, 4);
+    check_tensor(c, *t, name, args.k.rank, dims);
     check_same_dtype(c, *t, name, args.k, "k");
     check_same_device(c, *t, name, args.k, "k");
-    check_same_shape(c, *t, name, args.k, "k");
+    check_same_shape(c, *t, name, args.k, "k", dims);
   }
   check_lse(c, args.lse, "lse", p);
   check_same_device(c, args.lse, "lse", args.q, "q");
-  check_scalars(c, args, p);
+  const bool has_dsink = check_dsink(c, args.dsink, args.learnable_sink, args.q, p);
 
-  const std::pair<const TensorView*, const char*> outputs[] = {{&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
+  const std::pair<const TensorView*, const char*> outputs[] = {
+      {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}, {&args.dsink, "dsink"}};
   const std::pair<const TensorView*, const char*> inputs[] = {
-      {&args.dout, "dout"}, {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.out, "out"}, {&args.lse, "lse"}};
-  for (int i = 0; i < 3; ++i) {
+      {&args.dout, "dout"}, {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.out, "out"}, {&args.lse, "lse"},
+      {&args.cu_seqlens_q, "cu_seqlens_q"}, {&args.cu_seqlens_k, "cu_seqlens_k"}, {&args.seqused_q, "seqused_q"},
+      {&args.seqused_k, "seqused_k"}, {&args.learnable_sink, "learnable_sink"}};
+  const int n_outputs = has_dsink ? 4 : 3;
+  for (int i = 0; i < n_outputs; ++i) {
     for (const auto& [in, in_name] : inputs) check_no_overlap(c, *outputs[i].first, outputs[i].second, *in, in_name);
-    for (int j = i + 1; j < 3; ++j)
+    for (int j = i + 1; j < n_outputs; ++j)
       check_no_overlap(c, *outputs[i].first, outputs[i].second, *outputs[j].first, outputs[j].second);
   }
   return p;

@@ -1,5 +1,6 @@
 #include "check/attention_results.h"
 
+#include "reference/array_index.h"
 #include "reference/reference.h"
 
 namespace flash4::check {
@@ -8,7 +9,7 @@ ForwardResult reference_forward(const detail::Problem& p, const std::vector<doub
                                 const std::vector<double>& v, const std::vector<int64_t>& rows) {
   ForwardResult res;
   res.out.assign(q.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(p.batch * p.heads * p.seqlen_q), 0.0);
+  res.lse.assign(static_cast<size_t>(reference::ArrayIndex{p}.lse_size()), 0.0);
   reference::forward(p, q.data(), k.data(), v.data(), res.out.data(), res.lse.data(), rows);
   return res;
 }
@@ -19,7 +20,9 @@ Gradients reference_backward(const detail::Problem& p, const std::vector<double>
   g.dq.resize(q.size());
   g.dk.resize(k.size());
   g.dv.resize(v.size());
-  reference::backward(p, q.data(), k.data(), v.data(), dout.data(), g.dq.data(), g.dk.data(), g.dv.data());
+  if (p.learnable_sink) g.dsink.resize(static_cast<size_t>(p.heads));
+  reference::backward(p, q.data(), k.data(), v.data(), dout.data(), g.dq.data(), g.dk.data(), g.dv.data(),
+                      p.learnable_sink ? g.dsink.data() : nullptr);
   return g;
 }
 

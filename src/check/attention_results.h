@@ -8,6 +8,7 @@
 
 namespace flash4::check {
 
+// Packed problems use the packed layouts (reference/array_index.h).
 struct ForwardResult {
   std::vector<double> out;  // (batch, seqlen_q, heads, head_dim)
   std::vector<double> lse;  // (batch, heads, seqlen_q)
@@ -15,6 +16,7 @@ struct ForwardResult {
 
 struct Gradients {
   std::vector<double> dq, dk, dv;  // shaped like q, k, v
+  std::vector<double> dsink;       // (heads) when the problem has a learnable sink, else empty
 };
 
 // reference::forward / backward (src/reference) returning vectors; `rows` as in reference::forward, rows not

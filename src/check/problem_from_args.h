@@ -1,6 +1,7 @@
 // The normalized detail::Problem of valid public arguments, for the judges (reference, naive baseline) and for
 // backend tests that call detail::cpu_forward / cpu_backward without the API layer. It does not validate:
-// callers pass arguments that flash4::can_implement accepted.
+// callers pass arguments that flash4::can_implement accepted. The problem keeps the arguments' pointers
+// (cu_seqlens, seqused, learnable_sink): the judges need them host-resident.
 #pragma once
 
 #include "common/problem.h"

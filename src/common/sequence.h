@@ -1,10 +1,11 @@
 // Where the queries and keys of one batch entry lie, and how long they are. Every backend asks this one type,
-// so that dense batches, packed variable-length batches (cu_seqlens), partly used key segments (seqused_k) and a
+// so that dense batches, packed variable-length batches (cu_seqlens), partly used segments (seqused_q/k) and a
 // paged key/value cache differ only in the answers, not in the kernels' loops.
 //
-// Today only the dense layout is produced (validation rejects the rest): every sequence has seqlen_q queries and
-// seqlen_k keys, addressed by (batch, position). Packed layouts address tokens by one running position instead:
-// sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of a (total_q, heads, head_dim) tensor.
+// Dense: every sequence has seqlen_q queries and seqlen_k keys, addressed by (batch, position). Packed: tokens are
+// addressed by one running position instead: sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]
+// - 1 of a (total_q, heads, head_dim) tensor (the same for the keys). Dense is the packed case with the implicit
+// offsets b * seqlen, which backends that keep a batch index simply leave at 0 (q_offset / k_offset below).
 #pragma once
 
 #include <cstdint>
@@ -16,40 +17,46 @@ namespace flash4::detail {
 // One batch entry's queries and keys.
 struct SequenceInfo {
   int64_t q_offset = 0, k_offset = 0;  // first token's row in a packed tensor (0 for dense: batch indexes it)
-  int64_t seqlen_q = 0, seqlen_k = 0;  // queries and (used) keys of this entry
+  int64_t seqlen_q = 0, seqlen_k = 0;  // queries and keys of this entry that take part (after seqused_q / k)
 };
 
 struct SequenceLayout {
-  int64_t seqlen_q = 0, seqlen_k = 0;  // dense: every entry's lengths; packed: the maxima
+  int64_t seqlen_q = 0, seqlen_k = 0;  // dense: every entry's lengths; packed: the maxima (max_seqlen_q / k)
+  int64_t total_q = 0, total_k = 0;    // rows of the packed tensors (dense: batch * seqlen)
   const int* cu_seqlens_q = nullptr;  // (batch + 1) running token offsets of the queries; null = dense
   const int* cu_seqlens_k = nullptr;  // the same for the keys; null = dense
+  const int* seqused_q = nullptr;     // queries used per entry (<= its segment); null = the whole segment
   const int* seqused_k = nullptr;     // keys used per entry (<= its segment); null = the whole segment
 
   FLASH4_HD bool packed() const { return cu_seqlens_q != nullptr || cu_seqlens_k != nullptr; }
 
-  // Entry b's offsets and lengths. Device-resident offsets cannot be checked without a synchronisation, so the
-  // lengths are clamped to the maxima: a kernel never reads or writes past what the launch was sized for.
+  // Entry b's offsets and lengths. Device-resident offsets cannot be checked without a synchronisation, so they
+  // are clamped instead: an offset to [0, total], a length to [0, the maximum] and to total - offset, seqused to
+  // [0, the segment]. Whatever the offsets hold, a kernel never reads or writes outside the packed tensors nor
+  // past what the launch was sized for (validation checks them exactly where they are host-resident).
   FLASH4_HD SequenceInfo info(int64_t b) const {
     SequenceInfo s;
     s.seqlen_q = seqlen_q;
     s.seqlen_k = seqlen_k;
     if (cu_seqlens_q != nullptr) {
-      s.q_offset = cu_seqlens_q[b];
-      s.seqlen_q = clamp_length(cu_seqlens_q[b + 1] - s.q_offset, seqlen_q);
+      s.q_offset = clamp(cu_seqlens_q[b], total_q);
+      s.seqlen_q = clamp(clamp(int64_t{cu_seqlens_q[b + 1]} - cu_seqlens_q[b], seqlen_q), total_q - s.q_offset);
     }
     if (cu_seqlens_k != nullptr) {
-      s.k_offset = cu_seqlens_k[b];
-      s.seqlen_k = clamp_length(cu_seqlens_k[b + 1] - s.k_offset, seqlen_k);
+      s.k_offset = clamp(cu_seqlens_k[b], total_k);
+      s.seqlen_k = clamp(clamp(int64_t{cu_seqlens_k[b + 1]} - cu_seqlens_k[b], seqlen_k), total_k - s.k_offset);
     }
-    if (seqused_k != nullptr) s.seqlen_k = clamp_length(seqused_k[b], s.seqlen_k);
+    if (seqused_q != nullptr) s.seqlen_q = clamp(seqused_q[b], s.seqlen_q);
+    if (seqused_k != nullptr) s.seqlen_k = clamp(seqused_k[b], s.seqlen_k);
     return s;
   }
 
  private:
-  FLASH4_HD static int64_t clamp_length(int64_t n, int64_t max) { return n < 0 ? 0 : n > max ? max : n; }
+  // n clamped to [0, max].
+  FLASH4_HD static int64_t clamp(int64_t n, int64_t max) { return n < 0 ? 0 : n > max ? max : n; }
 };
 
-// Dense layout: every entry seqlen_q x seqlen_k.
+// Dense layout: every entry seqlen_q x seqlen_k (totals left 0: no packed tensor is addressed).
 FLASH4_HD SequenceLayout dense_layout(int64_t seqlen_q, int64_t seqlen_k) {
   SequenceLayout l;
   l.seqlen_q = seqlen_q;

@@ -5,7 +5,9 @@
 //      (GQA sums) and every Q tile;
 //   2. per (batch, head, Q tile): dQ = sum dS K over the K tiles.
 // The scores and dS are computed twice (once per pass): 7 tile products per tile pair instead of 5, the price
-// of not sharing a dQ accumulator between threads.
+// of not sharing a dQ accumulator between threads. Dense and packed batches share the code (cpu/packed_rows.h).
+// With a learnable sink, P = exp(S - LSE) is unchanged (LSE includes the sink) and
+// dsink[h] = -sum_i exp(sink[h] - LSE_i) * D_i over every used row i of head h, summed in a fixed order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,6 +15,7 @@
 
 #include "api/backends.h"
 #include "cpu/multiversion.h"
+#include "cpu/packed_rows.h"
 #include "common/parallel_for.h"
 #include "cpu/score_transform.h"
 #include "cpu/tile_config.h"
@@ -26,10 +29,14 @@ using namespace flash4::cpu;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Per-row inputs of the backward, indexed (batch, head, row) contiguously.
+// Per-row inputs of the backward, indexed (entry, head, row) of the batched views contiguously (see at()).
 struct RowStats {
   std::vector<float> lse_log2;  // LSE * log2e, so P = exp2(t - lse_log2)
   std::vector<float> delta;     // D = rowsum(dO * O)
+  int64_t rows = 0;             // rows per (entry, head)
+  int64_t at(const Problem& p, int64_t b, int64_t h, int64_t row) const {
+    return (entry_index(p, b) * p.heads + h) * rows + row;
+  }
 };
 
 struct BackwardTiles {
@@ -40,42 +47,57 @@ struct BackwardTiles {
         acc_b(std::max(kBlockM, kBlockN) * d) {}
 };
 
-RowStats row_stats(const BackwardArgs& args, const Problem& p) {
+// D and LSE of every used row; with a sink and `dsink` requested also dsink (per task partial sums, added in
+// task order so the result does not depend on the thread schedule).
+RowStats row_stats(const BackwardArgs& args, const Problem& p, std::vector<double>* dsink) {
   RowStats st;
-  const int64_t n = p.batch * p.heads * p.seqlen_q, d = p.head_dim;
-  st.lse_log2.resize(n);
-  st.delta.resize(n);
-  const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  parallel_for(p.batch * p.heads * q_tiles, [&](int64_t task) {
+  const RowGrid grid = row_grid(p, false);
+  const int64_t n = grid.size() * p.heads, d = p.head_dim;
+  st.rows = grid.rows;
+  st.lse_log2.assign(n, kNegInf);
+  st.delta.assign(n, 0.0f);
+  const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM, tasks = p.batch * p.heads * q_tiles;
+  std::vector<double> sink_partial(dsink ? tasks : 0, 0.0);
+  const detail::SequenceLayout layout = p.layout();
+  parallel_for(tasks, [&](int64_t task) {
     const int64_t q0 = task % q_tiles * kBlockM, bh = task / q_tiles, b = bh / p.heads, h = bh % p.heads;
-    const int64_t rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
+    const detail::SequenceInfo seq = layout.info(b);
+    if (q0 >= seq.seqlen_q) return;
+    const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0), e = entry_index(p, b);
     std::vector<float> o(rows * d), dout(rows * d);
-    load_rows(args.out, b, q0, rows, h, o.data());
-    load_rows(args.dout, b, q0, rows, h, dout.data());
+    load_rows(args.out, e, seq.q_offset + q0, rows, h, o.data());
+    load_rows(args.dout, e, seq.q_offset + q0, rows, h, dout.data());
     for (int64_t r = 0; r < rows; ++r) {
       float sum = 0.0f;
       for (int64_t x = 0; x < d; ++x) sum += o[r * d + x] * dout[r * d + x];
-      const int64_t at = bh * p.seqlen_q + q0 + r;
+      const int64_t row = seq.q_offset + q0 + r, at = st.at(p, b, h, row);
+      const float lse = *lse_ptr(args.lse, e, h, row);
       st.delta[at] = sum;
-      st.lse_log2[at] = *lse_ptr(args.lse, b, h, q0 + r) * kLog2e;
+      st.lse_log2[at] = lse * kLog2e;
+      if (dsink) sink_partial[task] -= std::exp(double{p.learnable_sink[h]} - lse) * sum;
     }
   });
+  if (dsink) {
+    dsink->assign(p.heads, 0.0);
+    for (int64_t task = 0; task < tasks; ++task) (*dsink)[task / q_tiles % p.heads] += sink_partial[task];
+  }
   return st;
 }
 
 // For Q rows [q0, q0 + rows) of head (b, h) against keys [k0, k0 + n) whose tiles (q, dout, kt, vt) are
 // loaded: t.p = P and t.ds = dS = P * (dP - D) * d(softcap)/ds, both zero where masked.
-void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int64_t q0, int64_t rows, int64_t k0,
-                          int64_t n, BackwardTiles& t) {
+void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t b, int64_t h, int64_t q0, int64_t rows,
+                          int64_t k0, int64_t n, BackwardTiles& t) {
   const detail::ScoreTransform transform = p.score_transform();
-  const detail::SequenceMask mask = p.sequence_mask(bh / p.heads);
+  const detail::SequenceMask mask = p.sequence_mask(b);
+  const int64_t stat0 = st.at(p, b, h, p.layout().info(b).q_offset + q0);
   const int64_t d = p.head_dim;
   matmul_set(t.q.data(), t.kt.data(), t.p.data(), rows, n, d);      // S = Q K^T
   matmul_set(t.dout.data(), t.vt.data(), t.ds.data(), rows, n, d);  // dP = dO V^T
   for (int64_t r = 0; r < rows; ++r) {
     float* pr = t.p.data() + r * n;
     float* dsr = t.ds.data() + r * n;
-    const int64_t at = bh * p.seqlen_q + q0 + r;
+    const int64_t at = stat0 + r;
     const float lse_log2 = st.lse_log2[at], delta = st.delta[at];
     TileSpan span = tile_span(mask, q0 + r, k0, n);
     if (lse_log2 == kNegInf) span = {0, 0};  // fully masked row: no probability anywhere
@@ -101,58 +123,78 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t bh, int6
 }
 
 // Pass 1: dK and dV of K/V rows [k0, k0 + n) of kv head (b, hk).
-FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t hk, int64_t k0,
-               BackwardTiles& t) {
-  const int64_t d = p.head_dim, n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
+FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b,
+                                       int64_t hk, int64_t k0, BackwardTiles& t) {
+  const detail::SequenceInfo seq = p.layout().info(b);
+  if (k0 >= seq.seqlen_k) return;  // past this entry's keys
+  const int64_t d = p.head_dim, n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0), e = entry_index(p, b);
   float* dk = t.acc_a.data();
   float* dv = t.acc_b.data();
   std::fill(dk, dk + n * d, 0.0f);
   std::fill(dv, dv + n * d, 0.0f);
-  load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
-  load_rows_transposed(args.v, b, k0, n, hk, t.vt.data(), n);
+  load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
+  load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
   const detail::SequenceMask mask = p.sequence_mask(b);
   for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
-    for (int64_t q0 = 0; q0 < p.seqlen_q; q0 += kBlockM) {
-      const int64_t rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
+    for (int64_t q0 = 0; q0 < seq.seqlen_q; q0 += kBlockM) {
+      const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
       if (!mask.block_visible(q0, q0 + rows - 1, k0, k0 + n - 1)) continue;  // no row here sees these keys
-      load_rows(args.q, b, q0, rows, h, t.q.data());
-      load_rows(args.dout, b, q0, rows, h, t.dout.data());
-      probabilities_and_ds(p, st, b * p.heads + h, q0, rows, k0, n, t);
+      load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
+      load_rows(args.dout, e, seq.q_offset + q0, rows, h, t.dout.data());
+      probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
       matmul_add_at(t.p.data(), t.dout.data(), dv, n, d, rows);  // dV += P^T dO
       matmul_add_at(t.ds.data(), t.q.data(), dk, n, d, rows);    // dK += dS^T Q
     }
   }
   for (int64_t x = 0; x < n * d; ++x) dk[x] *= p.softmax_scale;
-  store_rows(dk, args.dk, b, k0, n, hk);
-  store_rows(dv, args.dv, b, k0, n, hk);
+  store_rows(dk, args.dk, e, seq.k_offset + k0, n, hk);
+  store_rows(dv, args.dv, e, seq.k_offset + k0, n, hk);
 }
 
 // Pass 2: dQ of Q rows [q0, q0 + kBlockM) of head (b, h).
-FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b, int64_t h, int64_t q0,
-             BackwardTiles& t) {
-  const int64_t d = p.head_dim, hk = h / p.group(), rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
+FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b,
+                                     int64_t h, int64_t q0, BackwardTiles& t) {
+  const detail::SequenceInfo seq = p.layout().info(b);
+  if (q0 >= seq.seqlen_q) return;  // past this entry's queries
+  const int64_t d = p.head_dim, hk = h / p.group(), rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
+  const int64_t e = entry_index(p, b);
   float* dq = t.acc_a.data();
   std::fill(dq, dq + rows * d, 0.0f);
-  load_rows(args.q, b, q0, rows, h, t.q.data());
-  load_rows(args.dout, b, q0, rows, h, t.dout.data());
+  load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
+  load_rows(args.dout, e, seq.q_offset + q0, rows, h, t.dout.data());
   const detail::SequenceMask mask = p.sequence_mask(b);
   const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
   for (int64_t k0 = key_tiles.lo * kBlockN; k0 <= key_tiles.hi * kBlockN; k0 += kBlockN) {
-    const int64_t n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
-    load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
-    load_rows_transposed(args.v, b, k0, n, hk, t.vt.data(), n);
-    load_rows(args.k, b, k0, n, hk, t.k.data());
-    probabilities_and_ds(p, st, b * p.heads + h, q0, rows, k0, n, t);
+    const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
+    load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
+    load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
+    load_rows(args.k, e, seq.k_offset + k0, n, hk, t.k.data());
+    probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
     matmul_add(t.ds.data(), t.k.data(), dq, rows, d, n);  // dQ += dS K
   }
   for (int64_t x = 0; x < rows * d; ++x) dq[x] *= p.softmax_scale;
-  store_rows(dq, args.dq, b, q0, rows, h);
+  store_rows(dq, args.dq, e, seq.q_offset + q0, rows, h);
 }
 
 }  // namespace
 
-void cpu_backward(const BackwardArgs& args, const Problem& p) {
-  const RowStats st = row_stats(args, p);
+void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
+  BackwardArgs args = user_args;
+  for (TensorView* t : {&args.dout, &args.q, &args.k, &args.v, &args.out, &args.dq, &args.dk, &args.dv})
+    *t = batched_tokens(*t);
+  args.lse = batched_lse(args.lse);
+  const bool want_dsink = p.learnable_sink != nullptr && args.dsink.data != nullptr;
+  std::vector<double> dsink;
+  const RowStats st = row_stats(args, p, want_dsink ? &dsink : nullptr);
+  if (want_dsink)
+    for (int64_t h = 0; h < p.heads; ++h) static_cast<float*>(args.dsink.data)[h] = static_cast<float>(dsink[h]);
+  // Rows no entry uses get zero gradients (the header's contract), written first since tasks skip them.
+  if (p.varlen() || p.seqused_q != nullptr) zero_uncovered(args.dq, covered_rows(p, false), row_grid(p, false));
+  if (p.varlen() || p.seqused_k != nullptr) {
+    const std::vector<char> covered = covered_rows(p, true);
+    zero_uncovered(args.dk, covered, row_grid(p, true));
+    zero_uncovered(args.dv, covered, row_grid(p, true));
+  }
   const int64_t k_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
   parallel_for(p.batch * p.heads_kv * k_tiles, [&](int64_t task) {
     BackwardTiles tiles(p.head_dim);

@@ -1,5 +1,6 @@
 // CPU FlashAttention forward: the GPU algorithm on fp32 tiles. One task per (batch, head, 64-row Q tile); the
-// task streams K/V tiles through an online softmax with FA4's conditional rescaling.
+// task streams K/V tiles through an online softmax with FA4's conditional rescaling. Dense and packed batches
+// share the code: entry b's tokens are found through p.layout().info(b) (cpu/packed_rows.h).
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "cpu/exp2_row.h"
 #include "cpu/multiversion.h"
 #include "cpu/online_softmax.h"
+#include "cpu/packed_rows.h"
 #include "common/parallel_for.h"
 #include "cpu/score_transform.h"
 #include "cpu/tile_config.h"
@@ -25,9 +27,33 @@ struct ForwardTiles {
       : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * d), s(kBlockM * kBlockN), o(kBlockM * d) {}
 };
 
-FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem& p, int64_t b, int64_t h, int64_t q0, ForwardTiles& t) {
-  const int64_t d = p.head_dim, hk = h / p.group();
-  const int64_t rows = std::min<int64_t>(kBlockM, p.seqlen_q - q0);
+// Normalizes row r's O by its softmax denominator, the sink's term included, and returns the row's LSE. O and l
+// are relative to 2^m_ref; the sink adds 2^(sink * log2e) to the denominator and nothing to O.
+float finish_row(const OnlineSoftmaxRow& state, const float* sink, int64_t h, float* o, int64_t d) {
+  float scale = state.l > 0.0f ? 1.0f / state.l : 0.0f;  // fully masked row: out 0
+  float lse = state.lse();
+  if (sink != nullptr) {
+    const float s = sink[h] * kLog2e;
+    if (state.l == 0.0f) {
+      lse = sink[h];  // only the sink: out 0, lse = sink
+    } else {
+      const float m = std::max(state.m_ref, s);
+      const float l = state.l * std::exp2(state.m_ref - m) + std::exp2(s - m);
+      scale = std::exp2(state.m_ref - m) / l;
+      lse = (m + std::log2(l)) * kLn2;
+    }
+  }
+  for (int64_t x = 0; x < d; ++x) o[x] *= scale;
+  return lse;
+}
+
+// Rows [q0, q0 + kBlockM) of entry b, head h (args' views batched, see packed_rows.h).
+FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem& p, int64_t b, int64_t h,
+                                          int64_t q0, ForwardTiles& t) {
+  const detail::SequenceInfo seq = p.layout().info(b);
+  if (q0 >= seq.seqlen_q) return;  // past this entry's queries (tasks cover the longest entry)
+  const int64_t d = p.head_dim, hk = h / p.group(), e = entry_index(p, b);
+  const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
   const detail::ScoreTransform transform = p.score_transform();
   const detail::SequenceMask mask = p.sequence_mask(b);
   // kAuto means exact here: the CPU also serves fp32, where the polynomial's 8.8e-5 relative error would show.
@@ -36,14 +62,14 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
 
   OnlineSoftmaxRow state[kBlockM];
   std::fill(t.o.begin(), t.o.end(), 0.0f);
-  load_rows(args.q, b, q0, rows, h, t.q.data());
+  load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
 
   // Only the K tiles some row of this Q tile can see (causal / window skip the rest).
   const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
   for (int64_t k0 = key_tiles.lo * kBlockN; k0 <= key_tiles.hi * kBlockN; k0 += kBlockN) {
-    const int64_t n = std::min<int64_t>(kBlockN, p.seqlen_k - k0);
-    load_rows_transposed(args.k, b, k0, n, hk, t.kt.data(), n);
-    load_rows(args.v, b, k0, n, hk, t.v.data());
+    const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
+    load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
+    load_rows(args.v, e, seq.k_offset + k0, n, hk, t.v.data());
     matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, n, d);  // S = Q K^T
 
     for (int64_t r = 0; r < rows; ++r) {
@@ -71,17 +97,27 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float inv_l = state[r].l > 0.0f ? 1.0f / state[r].l : 0.0f;  // fully masked row: out 0
-    float* o = t.o.data() + r * d;
-    for (int64_t x = 0; x < d; ++x) o[x] *= inv_l;
-    if (args.lse.data) *lse_ptr(args.lse, b, h, q0 + r) = state[r].lse();
+    const float lse = finish_row(state[r], p.learnable_sink, h, t.o.data() + r * d, d);
+    if (args.lse.data) *lse_ptr(args.lse, e, h, seq.q_offset + q0 + r) = lse;
   }
-  store_rows(t.o.data(), args.out, b, q0, rows, h);
+  store_rows(t.o.data(), args.out, e, seq.q_offset + q0, rows, h);
 }
 
 }  // namespace
 
-void cpu_forward(const ForwardArgs& args, const Problem& p) {
+void cpu_forward(const ForwardArgs& user_args, const Problem& p) {
+  ForwardArgs args = user_args;
+  args.q = batched_tokens(args.q);
+  args.k = batched_tokens(args.k);
+  args.v = batched_tokens(args.v);
+  args.out = batched_tokens(args.out);
+  args.lse = batched_lse(args.lse);
+  // Rows no entry uses get out 0 and lse -inf (the header's contract), written first since tasks skip them.
+  if (p.varlen() || p.seqused_q != nullptr) {
+    const std::vector<char> covered = covered_rows(p, false);
+    zero_uncovered(args.out, covered, row_grid(p, false));
+    fill_uncovered_lse(args.lse, covered, row_grid(p, false));
+  }
   const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t tasks = p.batch * p.heads * q_tiles;
   parallel_for(tasks, [&](int64_t task) {

@@ -2,7 +2,9 @@
 // `flash4 run --check`; never used on a user's hot path.
 //
 // All arrays are contiguous fp64 in the public layouts: q/out/dout (b, sq, h, d), k/v/dk/dv (b, sk, hkv, d),
-// lse (b, h, sq). Semantics (mask, softcap, GQA, fully-masked rows) are those of src/common/problem.h.
+// lse (b, h, sq); for a packed problem (total_q, h, d), (total_k, hkv, d) and (h, total_q) (array_index.h; the
+// problem's cu_seqlens / seqused must then be host pointers). Semantics (mask per entry, softcap, GQA, the
+// learnable sink, fully-masked rows, rows in no entry) are those of src/common/problem.h and flash4/api.h.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +16,15 @@
 namespace flash4::reference {
 
 // Forward for the query rows listed in `rows` (all rows when empty), for every batch and head. Rows not listed
-// are left untouched in out/lse, so large shapes can be checked on a sample.
+// are left untouched in out/lse, so large shapes can be checked on a sample. With all rows, rows in no entry get
+// out 0 and lse -inf.
 void forward(const detail::Problem& p, const double* q, const double* k, const double* v, double* out,
              double* lse, const std::vector<int64_t>& rows = {});
 
-// Backward: dq, dk, dv from dout (out and lse are recomputed internally in fp64).
+// Backward: dq, dk, dv (and dsink (heads) when not null and p has a sink) from dout (out and lse are recomputed
+// internally in fp64). Rows in no entry get zero gradients.
 void backward(const detail::Problem& p, const double* q, const double* k, const double* v, const double* dout,
-              double* dq, double* dk, double* dv);
+              double* dq, double* dk, double* dv, double* dsink = nullptr);
 
 // Copy a host tensor view of any dtype into a contiguous fp64 vector (and back, rounding to the view's dtype).
 std::vector<double> to_double(const TensorView& t);

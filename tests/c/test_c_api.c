@@ -61,6 +61,41 @@ int main(void) {
     expect(out[0] == -1.0f, "nothing is written on an error");
     out[0] = before;
   }
+  /* A packed batch of the same tokens in segments of 3 and 5 with a sink s per head: row i of a segment sees
+   * i + 1 equal keys, so lse = log((i + 1) e^score + e^s) and out = v (i + 1) e^score / e^lse. */
+  {
+    static int cu[3] = {0, 3, 8};
+    static float sink[kHeads] = {1.0f, -2.0f};
+    const int64_t packed_q[3] = {kSeq, kHeads, kDim}, packed_kv[3] = {kSeq, kHeadsKv, kDim};
+    const int64_t packed_lse[2] = {kHeads, kSeq}, cu_shape[1] = {3}, sink_shape[1] = {kHeads};
+    const double score = 0.25 * kDim / sqrt((double)kDim);
+    flash4_forward_args_init(&args);
+    args.q = flash4_tensor_contiguous(q, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, packed_q);
+    args.k = flash4_tensor_contiguous(k, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, packed_kv);
+    args.v = flash4_tensor_contiguous(v, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, packed_kv);
+    args.out = flash4_tensor_contiguous(out, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, packed_q);
+    args.lse = flash4_tensor_contiguous(lse, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 2, packed_lse);
+    args.cu_seqlens_q = flash4_tensor_contiguous(cu, FLASH4_INT32, FLASH4_DEVICE_CPU, 0, 1, cu_shape);
+    args.cu_seqlens_k = args.cu_seqlens_q;
+    args.max_seqlen_q = args.max_seqlen_k = 5;
+    args.learnable_sink = flash4_tensor_contiguous(sink, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 1, sink_shape);
+    args.causal = 1;
+    status = flash4_forward(&args, NULL);
+    expect(status == FLASH4_STATUS_OK, "packed forward with a sink");
+    for (i = 0; status == FLASH4_STATUS_OK && i < kSeq; ++i) {
+      const int row = i < 3 ? i : i - 3; /* position inside its segment */
+      for (h = 0; h < kHeads; ++h) {
+        const double want_lse = log((row + 1) * exp(score) + exp((double)sink[h]));
+        expect(fabs(lse[h * kSeq + i] - want_lse) < 1e-4, "packed lse value");
+        expect(fabs(out[(i * kHeads + h) * kDim] - 0.25 * (row + 1) * exp(score - want_lse)) < 1e-5,
+               "packed out value");
+      }
+    }
+    args.max_seqlen_q = 4; /* shorter than the second segment */
+    status = flash4_forward(&args, NULL);
+    expect(status == FLASH4_STATUS_INVALID_ARGUMENT, "max_seqlen_q below a segment is an invalid argument");
+    expect(strstr(flash4_last_error(), "max_seqlen_q") != NULL, "the message names max_seqlen_q");
+  }
   expect(flash4_forward(NULL, NULL) == FLASH4_STATUS_INVALID_ARGUMENT, "null args");
   expect(strcmp(flash4_status_string(FLASH4_STATUS_NOT_SUPPORTED), "not supported") == 0, "status string");
   expect(strlen(flash4_version()) > 0, "version");

@@ -40,6 +40,7 @@ std::string CaseSpec::name() const {
   if (layout == Layout::kUnitDimStride1) s << "_unitstride1";
   if (tuning.exp2 == Exp2Mode::kPolynomial) s << "_poly";
   if (!tuning.conditional_rescale) s << "_alwaysrescale";
+  if (sink) s << "_sink";
   return s.str();
 }
 
@@ -56,6 +57,7 @@ ForwardArgs AttentionTensors::forward_args(const CaseSpec& spec) const {
   a.window_right = spec.window_right;
   a.softcap = spec.softcap;
   a.tuning = spec.tuning;
+  if (sink) a.learnable_sink = sink->view();
   return a;
 }
 
@@ -75,6 +77,8 @@ BackwardArgs AttentionTensors::backward_args(const CaseSpec& spec) const {
   a.window_left = spec.window_left;
   a.window_right = spec.window_right;
   a.softcap = spec.softcap;
+  if (sink) a.learnable_sink = sink->view();
+  if (dsink) a.dsink = dsink->view();
   return a;
 }
 
@@ -85,7 +89,7 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
       HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout),
       HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout),
       HostTensor::lse(s.batch, s.heads, s.seqlen_q),
-      std::nullopt, std::nullopt, std::nullopt, std::nullopt};
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   t.q.fill_normal(rng, s.input_stddev);
   t.k.fill_normal(rng, s.input_stddev);
   t.v.fill_normal(rng);
@@ -100,6 +104,16 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
     t.dq->poison();
     t.dk->poison();
     t.dv->poison();
+  }
+  if (s.sink) {
+    t.sink = HostTensor::vector(DType::kFloat32, s.heads);
+    std::vector<double> values(static_cast<size_t>(s.heads));
+    for (double& x : values) x = rng.normal() + s.sink_offset;
+    t.sink->assign(values);
+    if (backward) {
+      t.dsink = HostTensor::vector(DType::kFloat32, s.heads);
+      t.dsink->poison();
+    }
   }
   return t;
 }
@@ -137,6 +151,11 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
        {std::tuple{"dq", t.dq->to_double(), ref.dq, naive.dq}, std::tuple{"dk", t.dk->to_double(), ref.dk, naive.dk},
         std::tuple{"dv", t.dv->to_double(), ref.dv, naive.dv}}) {
     auto res = within_tolerance(what, impl, r, n, s.dtype);
+    if (!res) return res << " [" << s.name() << "]";
+  }
+  if (s.sink) {
+    // dsink sums a term per row of the attention dtype's precision: judged at that dtype's atol.
+    auto res = within_tolerance("dsink", t.dsink->to_double(), ref.dsink, naive.dsink, s.dtype);
     if (!res) return res << " [" << s.name() << "]";
   }
   return ::testing::AssertionSuccess();

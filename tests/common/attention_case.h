@@ -27,6 +27,8 @@ struct CaseSpec {
   Tuning tuning{};
   int64_t checked_rows = 0;    // forward: check this many sampled query rows (0 = all)
   double input_stddev = 1.0;
+  bool sink = false;         // random learnable_sink (fp32 (heads)); dsink in the backward
+  double sink_offset = 0.0;  // added to every sink value
 
   std::string name() const;  // for test names and messages
 };
@@ -45,6 +47,7 @@ CaseSpec with(CaseSpec s, Change&& change) {
 struct AttentionTensors {
   HostTensor q, k, v, out, lse;       // forward inputs and outputs
   std::optional<HostTensor> dout, dq, dk, dv;  // backward, when requested
+  std::optional<HostTensor> sink, dsink;       // with spec.sink (dsink when backward)
 
   ForwardArgs forward_args(const CaseSpec& spec) const;
   BackwardArgs backward_args(const CaseSpec& spec) const;
@@ -58,7 +61,7 @@ AttentionTensors make_tensors(const CaseSpec& spec, Rng& rng, bool backward);
 // exp2 should check with kPolynomial in the spec).
 ::testing::AssertionResult check_forward(const CaseSpec& spec, const AttentionTensors& t, Rng& rng);
 
-// Compares dq, dk, dv with the reference and the naive baseline; out/lse in `t` must be the forward's.
+// Compares dq, dk, dv (and dsink) with the reference and the naive baseline; out/lse in `t` must be the forward's.
 ::testing::AssertionResult check_backward(const CaseSpec& spec, const AttentionTensors& t);
 
 }  // namespace flash4::test

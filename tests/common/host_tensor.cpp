@@ -1,6 +1,7 @@
 #include "common/host_tensor.h"
 
 #include <limits>
+#include <stdexcept>
 
 #include "reference/reference.h"
 
@@ -49,6 +50,25 @@ HostTensor HostTensor::lse(int64_t batch, int64_t heads, int64_t seqlen) {
   t.storage_.assign(static_cast<size_t>(batch * heads * seqlen), 0u);
   t.view_.data = t.storage_.data();
   return t;
+}
+
+HostTensor HostTensor::vector(DType dtype, int64_t n) {
+  HostTensor t;
+  t.view_ = make_view(nullptr, dtype, Device::cpu(), n);
+  t.storage_.assign(static_cast<size_t>((n * dtype_size(dtype) + 3) / 4), 0u);
+  t.view_.data = t.storage_.data();
+  return t;
+}
+
+void HostTensor::drop_leading_dim() {
+  if (view_.shape[0] != 1 || view_.rank < 2) throw std::invalid_argument("drop_leading_dim: extent must be 1");
+  for (int i = 0; i + 1 < view_.rank; ++i) {
+    view_.shape[i] = view_.shape[i + 1];
+    view_.stride[i] = view_.stride[i + 1];
+  }
+  --view_.rank;
+  view_.shape[view_.rank] = 0;
+  view_.stride[view_.rank] = 0;
 }
 
 std::vector<double> HostTensor::to_double() const { return reference::to_double(view_); }

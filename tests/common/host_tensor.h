@@ -25,6 +25,12 @@ class HostTensor {
              Layout layout = Layout::kContiguous);
   // 3-D fp32 LSE tensor (batch, heads, seqlen), contiguous.
   static HostTensor lse(int64_t batch, int64_t heads, int64_t seqlen);
+  // 1-D contiguous tensor of n elements (int32 offsets, fp32 per-head values).
+  static HostTensor vector(DType dtype, int64_t n);
+
+  // Views the same storage without the leading dimension, which must have extent 1: a packed attention tensor
+  // is built as (1, total, heads, head_dim) and used as (total, heads, head_dim), a packed LSE as (heads, total).
+  void drop_leading_dim();
 
   const TensorView& view() const { return view_; }
   DType dtype() const { return view_.dtype; }

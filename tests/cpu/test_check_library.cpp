@@ -70,7 +70,41 @@ TEST(ProblemFromArgs, MatchesValidation) {
     EXPECT_EQ(got.causal, want.causal);
     EXPECT_EQ(got.window_left, want.window_left);
     EXPECT_EQ(got.window_right, want.window_right);
+    EXPECT_EQ(got.total_q, want.total_q);
+    EXPECT_EQ(got.total_k, want.total_k);
   }
+}
+
+TEST(ProblemFromArgs, MatchesValidationForPackedBatchesWithSink) {
+  static std::vector<float> q(9 * 4 * 64), k(12 * 2 * 64), out(q.size()), sink(4);
+  static std::vector<int> cu_q = {0, 4, 4, 9}, cu_k = {0, 5, 11, 12}, used_k = {5, 3, 1};
+  ForwardArgs a;
+  a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 9, 4, 64);
+  a.k = make_view(k.data(), DType::kFloat32, Device::cpu(), 12, 2, 64);
+  a.v = a.k;
+  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 9, 4, 64);
+  a.cu_seqlens_q = make_view(cu_q.data(), DType::kInt32, Device::cpu(), 4);
+  a.cu_seqlens_k = make_view(cu_k.data(), DType::kInt32, Device::cpu(), 4);
+  a.seqused_k = make_view(used_k.data(), DType::kInt32, Device::cpu(), 3);
+  a.max_seqlen_q = 5;
+  a.max_seqlen_k = 6;
+  a.learnable_sink = make_view(sink.data(), DType::kFloat32, Device::cpu(), 4);
+  a.causal = true;
+  const detail::Problem want = detail::validate(a), got = check::make_problem(a);
+  EXPECT_EQ(got.batch, want.batch);
+  EXPECT_EQ(got.seqlen_q, want.seqlen_q);
+  EXPECT_EQ(got.seqlen_k, want.seqlen_k);
+  EXPECT_EQ(got.total_q, want.total_q);
+  EXPECT_EQ(got.total_k, want.total_k);
+  EXPECT_EQ(got.heads, want.heads);
+  EXPECT_EQ(got.heads_kv, want.heads_kv);
+  EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.cu_seqlens_q, want.cu_seqlens_q);
+  EXPECT_EQ(got.cu_seqlens_k, want.cu_seqlens_k);
+  EXPECT_EQ(got.seqused_q, want.seqused_q);
+  EXPECT_EQ(got.seqused_k, want.seqused_k);
+  EXPECT_EQ(got.learnable_sink, want.learnable_sink);
+  EXPECT_EQ(got.window_right, want.window_right);
 }
 
 }  // namespace

@@ -32,6 +32,14 @@ std::vector<CaseSpec> backward_cases() {
   for (DType t : {kF32, kBF16}) {
     c.push_back(with(make_spec(1, 130, 140, 2, 1, 64, t), [](CaseSpec& s) { s.softcap = 5.0f, s.input_stddev = 3.0; }));
   }
+  // Learnable sink (dsink checked too): GQA + causal with key-less rows, softcap, strided, a dominant sink.
+  for (DType t : {kF32, kBF16}) {
+    c.push_back(with(make_spec(1, 150, 60, 8, 2, 64, t), [](CaseSpec& s) { s.sink = true, s.causal = true; }));
+    c.push_back(with(make_spec(2, 70, 85, 2, 1, 64, t), [](CaseSpec& s) {
+      s.sink = true, s.softcap = 5.0f, s.layout = Layout::kStrided;
+    }));
+  }
+  c.push_back(with(make_spec(1, 100, 100, 2, 2, 64, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
   return c;
 }
 

@@ -50,6 +50,15 @@ std::vector<CaseSpec> forward_cases() {
   c.push_back(with(make_spec(1, 200, 260, 2, 2, 64, kF16), [](CaseSpec& s) {
     s.tuning.exp2 = Exp2Mode::kPolynomial, s.causal = true, s.softcap = 10.0f;
   }));
+  // Learnable sink: plain, GQA + causal with key-less rows (lse = sink there), window + softcap, a dominant sink.
+  for (DType t : {kF32, kBF16}) {
+    c.push_back(with(make_spec(2, 77, 91, 4, 2, 64, t), [](CaseSpec& s) { s.sink = true; }));
+    c.push_back(with(make_spec(1, 150, 60, 8, 2, 64, t), [](CaseSpec& s) { s.sink = true, s.causal = true; }));
+  }
+  c.push_back(with(make_spec(1, 200, 200, 2, 1, 128, kF16), [](CaseSpec& s) {
+    s.sink = true, s.window_left = 30, s.window_right = 0, s.softcap = 10.0f, s.input_stddev = 3.0;
+  }));
+  c.push_back(with(make_spec(1, 100, 100, 2, 2, 64, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
   // seqlen 4096 on sampled rows.
   c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 64, kBF16), [](CaseSpec& s) { s.checked_rows = 48; }));
   c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 128, kF32), [](CaseSpec& s) {

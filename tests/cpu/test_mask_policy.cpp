@@ -101,6 +101,8 @@ TEST(SequencePolicy, DenseAndPackedLayouts) {
   const std::vector<int> cu_q = {0, 3, 3, 10, 5}, cu_k = {0, 4, 9, 9, 400};
   const std::vector<int> used_k = {2, 9, 0, 50};
   SequenceLayout packed = dense_layout(7, 50);
+  packed.total_q = 10;
+  packed.total_k = 400;
   packed.cu_seqlens_q = cu_q.data();
   packed.cu_seqlens_k = cu_k.data();
   packed.seqused_k = used_k.data();
@@ -115,6 +117,21 @@ TEST(SequencePolicy, DenseAndPackedLayouts) {
   EXPECT_EQ(s3.seqlen_q, 0);  // decreasing offsets: empty, not negative
   EXPECT_EQ(s3.seqlen_k, 50);  // 391 keys clamped to max_seqlen_k
   EXPECT_EQ(packed.info(2).seqlen_q, 7);  // 10 - 3 clamped to max_seqlen_q
+
+  // Offsets past the packed tensors: the offset is clamped to total and offset + length never exceeds it.
+  const std::vector<int> bad_q = {-5, 8, 12, 30}, used_q = {1, 9, 1};
+  SequenceLayout wild = dense_layout(6, 50);
+  wild.total_q = 10;
+  wild.cu_seqlens_q = bad_q.data();
+  wild.seqused_q = used_q.data();
+  const SequenceInfo w0 = wild.info(0), w1 = wild.info(1), w2 = wild.info(2);
+  EXPECT_EQ(w0.q_offset, 0);   // negative offset clamped to 0
+  EXPECT_EQ(w0.seqlen_q, 1);   // 13 -> 6 (max) -> seqused_q 1
+  EXPECT_EQ(w1.q_offset, 8);
+  EXPECT_EQ(w1.seqlen_q, 2);   // 4 clamped to total - offset = 2; seqused_q 9 clamped to that
+  EXPECT_EQ(w2.q_offset, 10);  // 12 clamped to total
+  EXPECT_EQ(w2.seqlen_q, 0);
+  for (int b = 0; b < 3; ++b) EXPECT_LE(wild.info(b).q_offset + wild.info(b).seqlen_q, wild.total_q);
 }
 
 TEST(ScorePolicy, OneMeaningWithAndWithoutSoftcap) {

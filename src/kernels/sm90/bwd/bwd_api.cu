@@ -35,6 +35,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_sequences.h"
 #include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -178,6 +179,7 @@ void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cuda
 }  // namespace
 
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
+  if (backward_needs_sequences(p)) return cuda_can_backward_sequences(args, p);  // one dense call per sequence
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
@@ -207,6 +209,7 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
 }
 
 void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
+  if (backward_needs_sequences(p)) return cuda_backward_sequences(args, p, stream);
   using sm90::BwdParams;
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -267,6 +270,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.tanh_scale = score.tanh_scale;
   params.log2_scale = score.log2_scale;
   params.deterministic = args.deterministic;
+  params.learnable_sink = p.learnable_sink;
+  params.dsink = args.dsink.data != nullptr ? static_cast<float*>(args.dsink.data) : nullptr;
   if (args.deterministic && wgmma) {
     // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
     // work on the GPU.
@@ -316,6 +321,14 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   if (rows > 0) {
     if (bf16) launch_prepost<__nv_bfloat16>(params, rows, /*post=*/false, s);
     else launch_prepost<__half>(params, rows, /*post=*/false, s);
+  }
+  if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
+    if (rows > 0) {
+      sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      FLASH4_CUDA_CHECK_LAUNCH();
+    } else {
+      FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));
+    }
   }
   // The main kernel also writes dK = dV = 0 when no query can see a key tile (seqlen_q == 0, heads == 0, masks).
   if (params.n_blocks > 0 && p.batch > 0) {

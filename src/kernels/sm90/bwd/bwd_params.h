@@ -36,6 +36,11 @@ struct BwdParams {
   int* semaphores = nullptr;  // (b, h, m_blocks), zeroed; deterministic mode only
   int* work_counter = nullptr;  // zeroed; the persistent wgmma kernel's item counter (null: one item per CTA)
 
+  // The learnable sink (fp32 (h), natural-log logits; null = none) and its gradient dsink (fp32 (h); null = not
+  // requested). The main kernel needs nothing of the sink: the forward's LSE includes it.
+  const float* learnable_sink = nullptr;
+  float* dsink = nullptr;
+
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0;
   int m_blocks = 0, n_blocks = 0;
 

@@ -50,12 +50,23 @@ std::string compiled_head_dims(DType dtype) {
   return out.empty() ? "none" : out;
 }
 
-// TMA needs 16-byte aligned base addresses and byte strides that are multiples of 16.
+// TMA needs 16-byte aligned base addresses and byte strides (all but the contiguous last) that are multiples
+// of 16.
 bool tma_compatible(const TensorView& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i + 1 < t.rank; ++i)
     if ((t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
   return true;
+}
+
+// An attention tensor as the kernels address it, (batch, seqlen, heads, head_dim) element strides: a packed
+// (total, heads, head_dim) tensor is one batch entry of `total` rows.
+struct BshdView {
+  int64_t batch, seqlen, stride_b, stride_s, stride_h;
+};
+BshdView bshd(const TensorView& t) {
+  if (t.rank == 3) return {1, t.shape[0], 0, t.stride[0], t.stride[1]};
+  return {t.shape[0], t.shape[1], t.stride[0], t.stride[1], t.stride[2]};
 }
 
 }  // namespace
@@ -94,9 +105,10 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
       return {false, "the GPU forward needs 16-byte aligned data pointers and strides that are multiples of 8 "
                      "elements (TMA); make the tensors contiguous"};
   }
-  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
-  if (p.seqlen_q > kMax || p.seqlen_k > kMax || p.heads > 65535 || p.batch > 65535)
-    return {false, "the GPU forward supports seqlen < 2^31 and batch, heads <= 65535"};
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;  // TMA coordinates are 32-bit
+  if (p.seqlen_q > kMax || p.seqlen_k > kMax || p.total_q > kMax || p.total_k > kMax || p.heads > 65535 ||
+      p.batch > 65535)
+    return {false, "the GPU forward supports seqlen and total tokens < 2^31 and batch, heads <= 65535"};
   return {true, ""};
 }
 
@@ -113,18 +125,20 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const
   const auto& k = args.k;
   const auto& v = args.v;
   const auto& o = args.out;
-  params.tma_q = make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0], q.stride[1], q.stride[2], block_m);
-  params.tma_k = make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0], k.stride[1], k.stride[2], block_n);
-  params.tma_v = make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, v.stride[0], v.stride[1], v.stride[2], block_n);
+  const BshdView qv = bshd(q), kv = bshd(k), vv = bshd(v), ov = bshd(o);
+  params.tma_q = make_tensor_map_bshd(q.data, qv.batch, qv.seqlen, p.heads, p.head_dim, qv.stride_b, qv.stride_s, qv.stride_h, block_m);
+  params.tma_k = make_tensor_map_bshd(k.data, kv.batch, kv.seqlen, p.heads_kv, p.head_dim, kv.stride_b, kv.stride_s, kv.stride_h, block_n);
+  params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim, vv.stride_b, vv.stride_s, vv.stride_h, block_n);
   params.out = o.data;
-  params.out_stride_b = o.stride[0];
-  params.out_stride_s = o.stride[1];
-  params.out_stride_h = o.stride[2];
-  if (args.lse.data != nullptr) {
+  params.out_stride_b = ov.stride_b;
+  params.out_stride_s = ov.stride_s;
+  params.out_stride_h = ov.stride_h;
+  if (args.lse.data != nullptr) {  // (batch, heads, seqlen_q), or (heads, total_q) when packed
     params.lse = static_cast<float*>(args.lse.data);
-    params.lse_stride_b = args.lse.stride[0];
-    params.lse_stride_h = args.lse.stride[1];
+    params.lse_stride_b = args.lse.rank == 2 ? 0 : args.lse.stride[0];
+    params.lse_stride_h = args.lse.rank == 2 ? args.lse.stride[0] : args.lse.stride[1];
   }
+  params.learnable_sink = p.learnable_sink;
   params.batch = static_cast<int>(p.batch);
   params.heads = static_cast<int>(p.heads);
   params.group = static_cast<int>(p.group());
@@ -143,7 +157,9 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const bool masked = p.has_mask();
   const auto& q = args.q;
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.seqlen_k == 0) return launch_forward_no_keys(args, s);
+  if (p.seqlen_k == 0 || p.total_k == 0) return launch_forward_no_keys(args, p, s);
+  // Rows in no sequence (past seqused_q or the last packed segment) are cleared first; the kernel writes the rest.
+  if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   const FwdParams params = make_fwd_params(args, p, launch.tile);
 #define FLASH4_LAUNCH_FWD(T, D, M)                                                   \

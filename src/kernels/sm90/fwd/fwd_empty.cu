@@ -7,36 +7,84 @@
 namespace flash4::sm90 {
 namespace {
 
-// out (b, s, h, d), 16-bit, any strides: zero bits are +0.0 in bf16 and fp16.
-__global__ void zero_out(uint16_t* out, int64_t b, int64_t s, int64_t h, int64_t d, int64_t sb, int64_t ss, int64_t sh) {
-  const int64_t n = b * s * h * d;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t col = i % d, head = (i / d) % h, row = (i / (d * h)) % s, batch = i / (d * h * s);
-    out[batch * sb + row * ss + head * sh + col] = 0;
-  }
+// Strides of an attention tensor seen as (batch, seqlen, heads, head_dim): a packed (total, heads, head_dim)
+// tensor is one batch entry.
+struct RowsView {
+  uint16_t* data;
+  int64_t stride_b, stride_s, stride_h, head_dim;
+};
+RowsView rows_view(const TensorView& t) {
+  if (t.rank == 3) return {static_cast<uint16_t*>(t.data), 0, t.stride[0], t.stride[1], t.shape[2]};
+  return {static_cast<uint16_t*>(t.data), t.stride[0], t.stride[1], t.stride[2], t.shape[3]};
+}
+// The LSE seen as (batch, heads, seqlen): packed (heads, total_q) is one batch entry.
+struct LseView {
+  float* data;  // null = no LSE requested
+  int64_t stride_b, stride_h;
+};
+LseView lse_view(const TensorView& t) {
+  if (t.data == nullptr) return {nullptr, 0, 0};
+  if (t.rank == 2) return {static_cast<float*>(t.data), 0, t.stride[0]};
+  return {static_cast<float*>(t.data), t.stride[0], t.stride[1]};
 }
 
-__global__ void fill_lse(float* lse, int64_t b, int64_t h, int64_t s, int64_t sb, int64_t sh) {
-  const int64_t n = b * h * s;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i % s, head = (i / s) % h, batch = i / (s * h);
-    lse[batch * sb + head * sh + row] = -INFINITY;
+// Row `row` of batch entry b, every head: out = 0 (zero bits are +0.0 in bf16 and fp16), LSE = the sink or -inf
+// (a row of a sequence without keys sees only its sink; a row in no sequence gets -inf).
+__device__ void clear_row(const RowsView& o, const LseView& l, const float* sink, int64_t b, int64_t row,
+                          int64_t heads, int thread, int threads) {
+  for (int64_t i = thread; i < heads * o.head_dim; i += threads) {
+    const int64_t h = i / o.head_dim, col = i % o.head_dim;
+    o.data[b * o.stride_b + row * o.stride_s + h * o.stride_h + col] = 0;
   }
+  if (l.data != nullptr)
+    for (int64_t h = thread; h < heads; h += threads)
+      l.data[b * l.stride_b + h * l.stride_h + row] = sink != nullptr ? sink[h] : -INFINITY;
+}
+
+// Every row of every batch entry: grid-stride over (batch, seqlen) rows.
+__global__ void clear_all_rows(RowsView o, LseView l, const float* sink, int64_t batch, int64_t seqlen,
+                               int64_t heads) {
+  for (int64_t r = blockIdx.x; r < batch * seqlen; r += gridDim.x)
+    clear_row(o, l, sink, r / seqlen, r % seqlen, heads, threadIdx.x, blockDim.x);
+}
+
+// CTA b < batch: the rows of entry b past its used queries, up to its segment's end; CTA `batch` (packed only):
+// the rows after the last segment. Offsets are clamped by the layout, as in the attention kernel.
+__global__ void clear_uncovered_rows(RowsView o, LseView l, const float* sink, detail::SequenceLayout seq,
+                                     int64_t batch, int64_t heads) {
+  const int64_t b = blockIdx.x;
+  const bool packed = seq.cu_seqlens_q != nullptr;
+  auto packed_offset = [&](int64_t i) { return min(static_cast<int64_t>(max(seq.cu_seqlens_q[i], 0)), seq.total_q); };
+  int64_t first, end;  // rows [first, end) of batch entry `packed ? 0 : b`
+  if (b < batch) {
+    const detail::SequenceInfo si = seq.info(b);
+    first = si.q_offset + si.seqlen_q;
+    end = packed ? packed_offset(b + 1) : seq.seqlen_q;
+  } else {
+    first = packed_offset(batch);
+    end = seq.total_q;
+  }
+  for (int64_t row = first; row < end; ++row)
+    clear_row(o, l, nullptr, packed ? 0 : b, row, heads, threadIdx.x, blockDim.x);  // LSE -inf: in no sequence
 }
 
 }  // namespace
 
-void launch_forward_no_keys(const ForwardArgs& args, cudaStream_t stream) {
-  const TensorView& o = args.out;
-  zero_out<<<256, 256, 0, stream>>>(static_cast<uint16_t*>(o.data), o.shape[0], o.shape[1], o.shape[2], o.shape[3],
-                                    o.stride[0], o.stride[1], o.stride[2]);
+void launch_forward_no_keys(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream) {
+  const int64_t batch = p.varlen() ? 1 : p.batch, seqlen = p.varlen() ? p.total_q : p.seqlen_q;
+  if (batch * seqlen == 0) return;
+  clear_all_rows<<<1024, 128, 0, stream>>>(rows_view(args.out), lse_view(args.lse), p.learnable_sink, batch,
+                                           seqlen, p.heads);
   FLASH4_CUDA_CHECK_LAUNCH();
-  if (args.lse.data != nullptr) {
-    const TensorView& l = args.lse;
-    fill_lse<<<256, 256, 0, stream>>>(static_cast<float*>(l.data), l.shape[0], l.shape[1], l.shape[2], l.stride[0],
-                                      l.stride[1]);
-    FLASH4_CUDA_CHECK_LAUNCH();
-  }
+  if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, stream);
+}
+
+void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream) {
+  const int64_t ctas = p.batch + (p.varlen() ? 1 : 0);
+  if (ctas == 0) return;
+  clear_uncovered_rows<<<static_cast<unsigned>(ctas), 128, 0, stream>>>(
+      rows_view(args.out), lse_view(args.lse), p.learnable_sink, p.layout(), p.batch, p.heads);
+  FLASH4_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace flash4::sm90

@@ -1,13 +1,17 @@
-// The forward of a problem with no keys (seqlen_k = 0): every row is fully masked, so out = 0 and LSE = -inf.
-// TMA cannot describe an empty K/V tensor, so this case bypasses the attention kernel.
+// Forward rows the attention kernel does not write. With no keys at all (seqlen_k = 0, which TMA cannot describe)
+// every row gets out = 0 and LSE = -inf (or the row's learnable sink). In a packed or seqused batch, rows that
+// take part in no sequence (past seqused_q, past cu_seqlens_q[batch]) get out = 0 and LSE = -inf; the attention
+// kernel writes the rest.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include "common/problem.h"
 #include "flash4/api.h"
 
 namespace flash4::sm90 {
 
-void launch_forward_no_keys(const ForwardArgs& args, cudaStream_t stream);
+void launch_forward_no_keys(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream);
+void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream);
 
 }  // namespace flash4::sm90

@@ -18,28 +18,51 @@ struct FwdEpilogue {
   using Softmax = typename Traits::Softmax;
   static constexpr int kHeadDim = Traits::kHeadDim;
 
-  // The row sums' reciprocals and the LSE of the thread's two rows, once a tile's softmax is complete.
-  static __device__ __forceinline__ void finish_rows(const FwdParams& p, const Softmax& softmax, float (&inv)[2],
-                                                     float (&lse)[2]) {
+  // The row sums' reciprocals and the LSE of the thread's two rows, once a tile's softmax is complete. A
+  // learnable sink joins each row's denominator as one more logit without a value; the common max keeps both
+  // terms finite.
+  static __device__ __forceinline__ void finish_rows(const FwdParams& p, const Softmax& softmax, int head,
+                                                     float (&inv)[2], float (&lse)[2]) {
     float row_sum[2];
     softmax.finish(row_sum);
+    if (p.learnable_sink == nullptr) {  // the common case, without the sink's extra exp2 per row
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const bool empty = softmax.m_ref[r] == -INFINITY || !(row_sum[r] > 0.0f);
+        inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
+        lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.score.log2_scale + __log2f(row_sum[r])) * detail::kLn2;
+      }
+      return;
+    }
+    const float sink_log2 = p.learnable_sink[head] * detail::kLog2e;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // A row that saw no unmasked key (m_ref = -inf) is defined as out = 0, LSE = -inf.
+      // A row that saw no unmasked key (m_ref = -inf) has out = 0 and LSE = -inf, or the sink's logit.
       const bool empty = softmax.m_ref[r] == -INFINITY || !(row_sum[r] > 0.0f);
-      inv[r] = empty ? 0.0f : 1.0f / row_sum[r];
-      lse[r] = empty ? -INFINITY : (softmax.m_ref[r] * p.score.log2_scale + __log2f(row_sum[r])) * detail::kLn2;
+      const float max_log2 = empty ? -INFINITY : softmax.m_ref[r] * p.score.log2_scale;  // row_sum is relative to it
+      const float top = fmaxf(max_log2, sink_log2);
+      if (top == -INFINITY) {
+        inv[r] = 0.0f;
+        lse[r] = -INFINITY;
+        continue;
+      }
+      const float keys_scale = empty ? 0.0f : exp2f(max_log2 - top);
+      const float sum = row_sum[r] * keys_scale + (sink_log2 == -INFINITY ? 0.0f : exp2f(sink_log2 - top));
+      inv[r] = keys_scale / sum;
+      lse[r] = (top + __log2f(sum)) * detail::kLn2;
     }
   }
 
-  // O = acc_o * inv of the thread's two rows (row0, row0 + 8; rows past seqlen_q are not stored), converted, and
-  // their LSE, to global memory.
-  static __device__ __forceinline__ void store_rows(const FwdParams& p, int head, int batch, int seqlen_q,
-                                                    const float (&acc_o)[kHeadDim / 2], const float (&inv)[2],
-                                                    const float (&lse)[2], int row0, int lane) {
+  // O = acc_o * inv of the thread's two rows (row0, row0 + 8 of the sequence; rows past seqlen_q are not
+  // stored), converted, and their LSE, to global memory. `q_offset`: the sequence's first row in a packed tensor.
+  static __device__ __forceinline__ void store_rows(const FwdParams& p, int head, int batch, int64_t q_offset,
+                                                    int seqlen_q, const float (&acc_o)[kHeadDim / 2],
+                                                    const float (&inv)[2], const float (&lse)[2], int row0, int lane) {
     // Thread (lane) holds columns 8c + 2 (lane % 4) + {0, 1} of its two rows: a quad writes 16 contiguous bytes
     // per store, and the stores for c and c + 1 complete each 32-byte sector in L2.
-    Element* out_bh = static_cast<Element*>(p.out) + batch * p.out_stride_b + head * p.out_stride_h;
+    Element* out_bh = static_cast<Element*>(p.out) + batch * p.out_stride_b + head * p.out_stride_h +
+                      q_offset * p.out_stride_s;
+    float* lse_bh = p.lse != nullptr ? p.lse + batch * p.lse_stride_b + head * p.lse_stride_h + q_offset : nullptr;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
@@ -50,7 +73,7 @@ struct FwdEpilogue {
         const int i = 4 * c + 2 * r;
         *reinterpret_cast<uint32_t*>(out_row + 8 * c) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
       }
-      if (p.lse != nullptr && lane % 4 == 0) p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row] = lse[r];
+      if (lse_bh != nullptr && lane % 4 == 0) lse_bh[row] = lse[r];
     }
   }
 };

@@ -138,21 +138,19 @@ struct FwdMainloop {
   }
 
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
-  // The rows' key windows are computed inside the masked branch: with them live across the loop, ptxas
-  // if-converted the mask into predicated instructions that every tile paid for.
+  // The rows' key windows are computed inside the masked branch (kept live across the loop they made ptxas
+  // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns:
+  // kept in registers where that measured faster (Traits::kKeepBand), else recomputed from the parameters.
+  template <class BandOf>
   static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
-                                                      const TileKeys& keys, int n, int batch, int row0,
+                                                      const TileKeys& keys, BandOf&& band_of, int n, int row0,
                                                       float (&factor)[2], int lane) {
     if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
     if (keys.needs_mask(n)) {
+      const typename Traits::TileBand band = band_of();
       int lo[2], hi[2];  // the key window of the thread's two rows (row0, row0 + 8)
-      const detail::SequenceMask m = Traits::sequence_mask(p, batch);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const detail::IndexRange kr = m.keys_of_row(row0 + 8 * r);
-        lo[r] = static_cast<int>(kr.lo);
-        hi[r] = static_cast<int>(kr.hi);
-      }
+      for (int r = 0; r < 2; ++r) band.row_window(row0 + 8 * r, lo[r], hi[r]);
       Softmax::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
     }
     return softmax.template step<Traits::kPolyPer8>(acc_s, p.score.log2_scale, p.conditional_rescale, p.exp2_poly,
@@ -165,7 +163,9 @@ struct FwdMainloop {
                                                  Ring& st) {
     // The mask ranges are per CTA, not per warpgroup: control values that differ between warpgroups made these
     // kernels spill.
-    const TileKeys keys = Traits::tile_keys(Traits::sequence_mask(p, tile.batch), tile.m_block);
+    const detail::SequenceMask mask = Traits::sequence_mask(p, tile.batch);
+    const TileKeys keys = Traits::tile_keys(mask, tile.m_block);
+    const typename Traits::TileBand kept_band = Traits::kKeepBand ? Traits::tile_band(mask) : typename Traits::TileBand{};
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
     const int row0 = tile.m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;  // rows row0 and row0 + 8
 
@@ -178,7 +178,11 @@ struct FwdMainloop {
     uint32_t p_frag[kBlockN / 16][4];
     float factor[2];
     auto softmax_of = [&](int n) {
-      return softmax_tile(p, softmax, acc_s, keys, n, tile.batch, row0, factor, lane);
+      auto band_of = [&] {
+        if constexpr (Traits::kKeepBand) return kept_band;
+        else return Traits::tile_band(Traits::sequence_mask(p, tile.batch));
+      };
+      return softmax_tile(p, softmax, acc_s, keys, band_of, n, row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all
@@ -222,9 +226,10 @@ struct FwdMainloop {
       }
     }
     float inv[2], lse[2];
-    Epilogue::finish_rows(p, softmax, inv, lse);
-    const int seqlen_q = static_cast<int>(Traits::sequence_mask(p, tile.batch).seqlen_q);  // recomputed: no live mask
-    Epilogue::store_rows(p, tile.head, tile.batch, seqlen_q, acc_o, inv, lse, row0, lane);
+    Epilogue::finish_rows(p, softmax, tile.head, inv, lse);
+    const detail::SequenceInfo si = p.seq.info(tile.batch);  // read again: not kept live across the loop
+    Epilogue::store_rows(p, tile.head, tile.batch, si.q_offset, static_cast<int>(si.seqlen_q), acc_o, inv, lse, row0,
+                         lane);
   }
 };
 

@@ -65,12 +65,14 @@ struct FwdStreamMainloop {
     float factor[2];
     typename Loop::NoTurns no_turns;
     auto softmax_of = [&](const ConsumerTile& c, int n) {
-      return Loop::softmax_tile(p, softmax, acc_s, c.keys, n, c.batch, c.row0, factor, lane);
+      return Loop::softmax_tile(
+          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); }, n, c.row0,
+          factor, lane);
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
-      const int seqlen_q = static_cast<int>(Traits::sequence_mask(p, c.batch).seqlen_q);
-      Epilogue::store_rows(p, c.head, c.batch, seqlen_q, o, inv, lse, c.row0, lane);
+      const detail::SequenceInfo si = p.seq.info(c.batch);
+      Epilogue::store_rows(p, c.head, c.batch, si.q_offset, static_cast<int>(si.seqlen_q), o, inv, lse, c.row0, lane);
     };
 
     Ring st_pv;  // stage whose V the pending P multiplies
@@ -84,7 +86,7 @@ struct FwdStreamMainloop {
           softmax = Softmax{};
           Mma::zero_o(acc_o);
           float inv[2], lse[2];
-          Epilogue::finish_rows(p, softmax, inv, lse);
+          Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
           store(cur, acc_o, inv, lse);
           have = fetch(cur);
           continue;
@@ -115,7 +117,7 @@ struct FwdStreamMainloop {
       }
       // Tile end: its softmax is complete; the last P V is pending.
       float inv[2], lse[2];
-      Epilogue::finish_rows(p, softmax, inv, lse);
+      Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
       ConsumerTile next;
       const bool have_next = fetch(next);
       if (have_next && next.keys.count() > 0) {

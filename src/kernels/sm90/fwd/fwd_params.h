@@ -13,14 +13,17 @@
 namespace flash4::sm90 {
 
 struct FwdParams {
+  // Packed (variable-length) tensors are mapped as one batch entry of total_q / total_k rows; a sequence's
+  // tokens start at its offset in the layout (`seq`).
   CUtensorMap tma_q;  // (b, sq, h, d),   box 64 cols x block_m rows
   CUtensorMap tma_k;  // (b, sk, hkv, d), box 64 cols x block_n rows
   CUtensorMap tma_v;  // (b, sk, hkv, d), box 64 cols x block_n rows
 
-  void* out = nullptr;   // (b, sq, h, d) bf16/fp16, element strides below, head_dim contiguous
+  void* out = nullptr;   // (b, sq, h, d) bf16/fp16, element strides below (packed: stride_b 0), head_dim contiguous
   int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
-  float* lse = nullptr;  // (b, h, sq) fp32, optional
+  float* lse = nullptr;  // (b, h, sq) fp32, optional (packed: (h, total_q), stride_b 0)
   int64_t lse_stride_b = 0, lse_stride_h = 0;
+  const float* learnable_sink = nullptr;  // (h) fp32 logits in every row's softmax denominator; null = none
 
   int* tile_counter = nullptr;  // zeroed int in global memory: the dynamic tile scheduler's next tile
 

@@ -40,11 +40,13 @@ struct FwdProducer {
       } else {
         atomicExch(&s.tile_id[qst.stage], t);
         const FwdTile tile = scheduler.tile(t);
+        const detail::SequenceInfo si = p.seq.info(tile.batch);
         mbarrier::arrive_expect_tx(&s.q_full[qst.stage], Traits::kQBytes);
+        const int row = static_cast<int>(si.q_offset) + tile.m_block * kBlockM;
+        const int batch = p.seq.cu_seqlens_q != nullptr ? 0 : tile.batch;  // packed: one batch entry
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * 64, tile.m_block * kBlockM, tile.head, tile.batch,
-                       &s.q_full[qst.stage]);
+          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * 64, row, tile.head, batch, &s.q_full[qst.stage]);
       }
       qst.advance();
     };
@@ -56,19 +58,23 @@ struct FwdProducer {
       const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
       const FwdTile tile = scheduler.tile(t);
       bool next_published = false;
-      const typename Traits::TileKeys keys = Traits::tile_keys(Traits::sequence_mask(p, tile.batch), tile.m_block);
+      const detail::SequenceInfo si = p.seq.info(tile.batch);
+      const typename Traits::TileKeys keys =
+          Traits::tile_keys(detail::SequenceMask::make(p.mask, si.seqlen_q, si.seqlen_k), tile.m_block);
       const int head_kv = tile.head / p.group;
+      const int key0 = static_cast<int>(si.k_offset);
+      const int batch = p.seq.cu_seqlens_k != nullptr ? 0 : tile.batch;  // packed: one batch entry
       for (int n = keys.n_max; n >= keys.n_min; --n) {
         mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
         mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKVTileBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, n * kBlockN, head_kv, tile.batch, &s.k_full[st.stage]);
+          tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
         mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
         mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kKVTileBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, n * kBlockN, head_kv, tile.batch, &s.v_full[st.stage]);
+          tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
         st.advance();
         if (kQBuffers == 2 && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S

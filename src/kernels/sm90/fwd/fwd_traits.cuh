@@ -56,6 +56,10 @@ struct FwdTraits {
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kLargeAccumulators ? 240 : 232;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536);
 
+  // Whether `consume` keeps a tile's mask band in registers across its key loop or recomputes it on the tiles
+  // that need the mask: keeping it pays at d = 64 and costs the d = 256 kernel (O fills its registers).
+  static constexpr bool kKeepBand = kHeadDim <= 64;
+
   using Softmax = FwdSoftmax<kBlockN>;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
@@ -75,15 +79,27 @@ struct FwdTraits {
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + the base's alignment
   static_assert(kSmemBytes <= 232448, "forward tile configuration exceeds the 227 KB shared-memory limit");
 
-  // What every role needs of a tile's query rows, from the sequence and mask policy: the K/V tiles it visits
-  // [n_min, n_max] (tiles entirely outside every row's window are skipped) and the keys that every row of the CTA
-  // sees (K/V tiles inside them need no element mask). The producer and the consumers compute the same values.
+  // What every role needs of a tile's query rows, from the sequence and mask policy, in 32-bit registers: the
+  // K/V tiles it visits [n_min, n_max] (tiles entirely outside every row's window are skipped) and the keys that
+  // every row of the CTA sees (K/V tiles inside them need no element mask). The producer and the consumers compute
+  // the same values.
   struct TileKeys {
     int n_min, n_max;
     int unmasked_lo, unmasked_hi;
     __device__ __forceinline__ int count() const { return n_max >= n_min ? n_max - n_min + 1 : 0; }
     __device__ __forceinline__ bool needs_mask(int n) const {
       return n * kBlockN < unmasked_lo || n * kBlockN + kBlockN - 1 > unmasked_hi;
+    }
+  };
+  // The band of allowed key-minus-query offsets, from which each row's key window follows on the tiles that
+  // need the element mask.
+  struct TileBand {
+    int band_lo, band_hi;  // clamped to [-seqlen_q, seqlen_k]: row + band stays within 32 bits
+    int seqlen_k;
+    // Keys [lo, hi] query row `row` sees (the tail past seqlen_k folded into hi).
+    __device__ __forceinline__ void row_window(int row, int& lo, int& hi) const {
+      lo = kMasked ? max(row + band_lo, 0) : 0;
+      hi = kMasked ? min(row + band_hi, seqlen_k - 1) : seqlen_k - 1;
     }
   };
   static __device__ __forceinline__ detail::SequenceMask sequence_mask(const FwdParams& p, int batch) {
@@ -94,6 +110,7 @@ struct FwdTraits {
     const int m_first = m_block * kBlockM;
     const int m_last = min(m_first + kBlockM, static_cast<int>(m.seqlen_q)) - 1;
     const int seqlen_k = static_cast<int>(m.seqlen_k);
+    if (m_first >= m.seqlen_q || seqlen_k <= 0) return {0, -1, 0, -1};  // no rows or no keys: nothing to visit
     TileKeys t{0, (seqlen_k - 1) / kBlockN, 0, seqlen_k - 1};
     if constexpr (kMasked) {
       const detail::IndexRange any = m.keys_of_any_row(m_first, m_last);
@@ -109,6 +126,10 @@ struct FwdTraits {
       t.unmasked_hi = static_cast<int>(every.hi);
     }
     return t;
+  }
+  static __device__ __forceinline__ TileBand tile_band(const detail::SequenceMask& m) {
+    return {static_cast<int>(max(m.band_lo, -m.seqlen_q)), static_cast<int>(min(m.band_hi, m.seqlen_k)),
+            static_cast<int>(m.seqlen_k)};
   }
 };
 

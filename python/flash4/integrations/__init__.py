@@ -1,0 +1,1 @@
+"""Integrations of flash4 with other libraries (imported on demand: each needs its library installed)."""

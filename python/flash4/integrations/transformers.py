@@ -1,0 +1,106 @@
+"""flash4 as an attention implementation of Hugging Face transformers.
+
+    import flash4.integrations.transformers as f4hf
+    name = f4hf.register()                              # once; "f4"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
+
+What the model hands the attention function decides the path, as in transformers' own flash-attention
+integration: precomputed cu_seq_lens_q/k (e.g. DataCollatorWithFlattening) or position_ids that restart inside
+a batch of one (padding-free packing) go through flash_attn_varlen_func, so packed documents never attend to each
+other; a 2-D padding mask is unpadded into a packed batch; otherwise flash_attn_func runs on the dense batch.
+Masks are bottom-right aligned (as in flash-attn), which is what a decoder with a KV cache needs. Attention sinks
+(gpt-oss's `s_aux`) become flash4's learnable_sink, with their gradient.
+"""
+
+import torch
+
+import flash4
+
+# Not "flash4": transformers treats any implementation name containing "flash" as a flash-attn kernel to load.
+NAME = "f4"
+
+
+def _window(sliding_window, is_causal):
+    # transformers' sliding_window counts the query's own position (as its flash-attention integration does).
+    if not sliding_window:
+        return (-1, -1)
+    return (sliding_window - 1, 0 if is_causal else sliding_window - 1)
+
+
+def _offsets_from_position_ids(position_ids):
+    """cu_seqlens (int32) and the longest length of a batch of one whose positions restart at every document
+    (the first position of each document is the smallest position id)."""
+    positions = position_ids.reshape(-1)
+    starts = (positions == positions.min()).nonzero().reshape(-1).to(torch.int32)
+    cu = torch.cat([starts, torch.tensor([positions.numel()], dtype=torch.int32, device=positions.device)])
+    return cu, int(cu.diff().max())
+
+
+def _is_packed(position_ids, batch):
+    if position_ids is None or batch != 1 or position_ids.shape[-1] <= 1:
+        return False
+    positions = position_ids.reshape(-1)
+    return bool((positions.diff() < 0).any())
+
+
+def flash4_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                             sliding_window=None, softcap=None, is_causal=None, s_aux=None, position_ids=None,
+                             cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
+                             **kwargs):
+    """transformers' attention-function signature: query (batch, heads, seqlen_q, head_dim), key/value
+    (batch, heads_kv, seqlen_k, head_dim); returns (out (batch, seqlen_q, heads, head_dim), None)."""
+    if dropout:
+        raise NotImplementedError("flash4 has no attention dropout; set the model's attention_dropout to 0")
+    if kwargs.get("output_attentions", False):
+        raise NotImplementedError("flash4 does not materialize attention probabilities; use attn_implementation='eager'")
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    options = dict(softmax_scale=scaling, causal=bool(is_causal), window_size=_window(sliding_window, is_causal),
+                   softcap=float(softcap or 0.0), learnable_sink=s_aux)
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (batch, seqlen, heads, head_dim)
+    batch, seqlen_q, heads, dim = q.shape
+    seqlen_k = k.shape[1]
+
+    if cu_seq_lens_q is not None and cu_seq_lens_k is not None and max_length_q is not None:
+        out = flash4.flash_attn_varlen_func(q.reshape(-1, heads, dim), k.reshape(-1, *k.shape[2:]),
+                                            v.reshape(-1, *v.shape[2:]), cu_seq_lens_q, cu_seq_lens_k,
+                                            int(max_length_q), int(max_length_k), **options)
+        return out.view(batch, seqlen_q, heads, dim), None
+    if attention_mask is None and _is_packed(position_ids, batch) and seqlen_q == seqlen_k:
+        cu, longest = _offsets_from_position_ids(position_ids)
+        out = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, longest, longest, **options)
+        return out[None], None
+    if attention_mask is not None and attention_mask.dim() == 2:
+        return _unpadded(q, k, v, attention_mask, options), None
+    if attention_mask is not None:
+        raise NotImplementedError(f"flash4 takes a 2-D padding mask or none, got shape {tuple(attention_mask.shape)}; "
+                                  "register() installs the matching mask function")
+    return flash4.flash_attn_func(q, k, v, **options), None
+
+
+def _unpadded(q, k, v, mask, options):
+    """A padded batch (mask (batch, seqlen_k), 1 = token) run as a packed batch and padded back with zeros."""
+    batch, seqlen_q, heads, dim = q.shape
+    seqlen_k = k.shape[1]
+    mask = mask[:, -seqlen_k:].bool()
+    if seqlen_q != seqlen_k:
+        raise NotImplementedError("flash4's transformers integration takes a padding mask only when queries and keys "
+                                  "have the same length (no padded batches with a KV cache)")
+    lengths = mask.sum(-1, dtype=torch.int32)
+    cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+    index = mask.reshape(-1).nonzero().reshape(-1)
+    longest = int(lengths.max()) if batch else 0
+    pack = lambda t: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
+    out = flash4.flash_attn_varlen_func(pack(q), pack(k), pack(v), cu, cu, max(longest, 1), max(longest, 1), **options)
+    padded = out.new_zeros(batch * seqlen_q, heads, dim)
+    return padded.index_copy(0, index, out).view(batch, seqlen_q, heads, dim)
+
+
+def register(name=NAME):
+    """Registers flash4 under `name` with transformers' attention and attention-mask interfaces; returns the name
+    for attn_implementation=."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import flash_attention_mask
+
+    AttentionInterface.register(name, flash4_attention_forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return name

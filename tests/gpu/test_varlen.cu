@@ -1,0 +1,352 @@
+// Packed (variable-length) batches and the learnable sink on the Hopper GPU, mirroring tests/cpu/test_varlen.cpp:
+// forward (out, lse) and backward (dq, dk, dv, dsink) of every row against the fp64 reference with the tolerance
+// rule; the issue's length list (0, 1, 17, 127, 128, 129, 1000, 4097), more than 65536 tokens, >= 1000 short
+// segments, ragged q vs k, GQA 8:1, window, softcap, sink, seqused, rows in no segment; a packed call equal to
+// per-sequence dense calls bit for bit in deterministic mode; corrupt device offsets clamped (no access outside
+// the tensors: guard rows stay poisoned; run under compute-sanitizer too). Outputs NaN-poisoned before launch.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.h"
+#include "common/problem_builder.h"
+#include "common/tolerance_assertion.h"
+#include "common/varlen_case.h"
+#include "device_mirror.h"
+#include "flash4/api.h"
+
+namespace flash4::test {
+namespace {
+
+#define FLASH4_REQUIRE_GPU() \
+  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU"
+
+constexpr DType kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
+
+// Device copies of every tensor of a case, and args pointing at them.
+struct DeviceVarlen {
+  explicit DeviceVarlen(VarlenTensors& t) {
+    for (HostTensor* h : {&t.q, &t.k, &t.v, &t.out, &t.lse, &t.cu_seqlens_q, &t.cu_seqlens_k}) add(*h);
+    for (std::optional<HostTensor>* h : {&t.seqused_q, &t.seqused_k, &t.sink, &t.dsink, &t.dout, &t.dq, &t.dk, &t.dv})
+      if (h->has_value()) add(**h);
+  }
+  bool ok() const {
+    for (const auto& m : mirrors)
+      if (!m.second->ok()) return false;
+    return true;
+  }
+  TensorView view(const HostTensor& h) const {
+    for (const auto& m : mirrors)
+      if (m.first == &h) return m.second->view();
+    return h.view();
+  }
+  cudaError_t download(const HostTensor& h) {
+    for (auto& m : mirrors)
+      if (m.first == &h) return m.second->download();
+    return cudaErrorInvalidValue;
+  }
+  template <typename Args>
+  void point_sequences(Args& a, const VarlenTensors& t) const {
+    a.cu_seqlens_q = view(t.cu_seqlens_q);
+    a.cu_seqlens_k = view(t.cu_seqlens_k);
+    if (t.seqused_q) a.seqused_q = view(*t.seqused_q);
+    if (t.seqused_k) a.seqused_k = view(*t.seqused_k);
+    if (t.sink) a.learnable_sink = view(*t.sink);
+  }
+  ForwardArgs forward_args(const VarlenSpec& s, const VarlenTensors& t) const {
+    ForwardArgs a = t.forward_args(s);
+    a.q = view(t.q), a.k = view(t.k), a.v = view(t.v), a.out = view(t.out), a.lse = view(t.lse);
+    point_sequences(a, t);
+    return a;
+  }
+  BackwardArgs backward_args(const VarlenSpec& s, const VarlenTensors& t) const {
+    BackwardArgs a = t.backward_args(s);
+    a.q = view(t.q), a.k = view(t.k), a.v = view(t.v), a.out = view(t.out), a.lse = view(t.lse);
+    a.dout = view(*t.dout), a.dq = view(*t.dq), a.dk = view(*t.dk), a.dv = view(*t.dv);
+    if (t.dsink) a.dsink = view(*t.dsink);
+    point_sequences(a, t);
+    return a;
+  }
+
+ private:
+  void add(HostTensor& h) { mirrors.emplace_back(&h, std::make_unique<DeviceMirror>(h)); }
+  std::vector<std::pair<const HostTensor*, std::unique_ptr<DeviceMirror>>> mirrors;
+};
+
+void run_forward(const VarlenSpec& s) {
+  SCOPED_TRACE(s.name());
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, false);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  const ForwardArgs args = dev.forward_args(s, t);
+  const Support support = can_implement(args);
+  ASSERT_TRUE(support.ok) << support.reason;
+  forward(args);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  FLASH4_TEST_CUDA(dev.download(t.out));
+  FLASH4_TEST_CUDA(dev.download(t.lse));
+  EXPECT_TRUE(check_varlen_forward(s, t));
+}
+
+// out and lse from the fp64 reference (rounded), so the backward is tested on its own.
+void reference_out_lse(const VarlenSpec& s, VarlenTensors& t) {
+  const detail::Problem p = make_problem(t.forward_args(s));
+  const ForwardResult ref = reference_forward(p, t.q.to_double(), t.k.to_double(), t.v.to_double());
+  t.out.assign(ref.out);
+  t.lse.assign(ref.lse);
+}
+
+void run_backward(const VarlenSpec& s) {
+  SCOPED_TRACE(s.name());
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, true);
+  reference_out_lse(s, t);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  const BackwardArgs args = dev.backward_args(s, t);
+  const Support support = can_implement(args);
+  ASSERT_TRUE(support.ok) << support.reason;
+  backward(args);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) FLASH4_TEST_CUDA(dev.download(*h));
+  if (t.dsink) FLASH4_TEST_CUDA(dev.download(*t.dsink));
+  EXPECT_TRUE(check_varlen_backward(s, t));
+}
+
+template <class Change>
+VarlenSpec varlen(std::vector<int> sq, std::vector<int> sk, int64_t heads, int64_t heads_kv, int64_t d, DType dtype,
+                  Change&& change) {
+  VarlenSpec s;
+  s.seqlens_q = std::move(sq);
+  s.seqlens_k = std::move(sk);
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.head_dim = d;
+  s.dtype = dtype;
+  change(s);
+  return s;
+}
+VarlenSpec varlen(std::vector<int> sq, std::vector<int> sk, int64_t heads, int64_t heads_kv, int64_t d, DType dtype) {
+  return varlen(std::move(sq), std::move(sk), heads, heads_kv, d, dtype, [](VarlenSpec&) {});
+}
+
+// The cases every head dim and dtype runs (small enough for the fp64 reference on all rows).
+std::vector<VarlenSpec> cases(int64_t d, DType t) {
+  const std::vector<int> mixed = {0, 1, 17, 127, 128, 129, 3};
+  const std::vector<int> ragged = {5, 0, 300, 127, 64, 200, 1};
+  return {
+      varlen(mixed, mixed, 2, 2, d, t),
+      varlen(mixed, ragged, 8, 1, d, t, [](VarlenSpec& s) { s.causal = true; }),  // GQA 8:1, bottom-right
+      varlen(mixed, ragged, 4, 2, d, t, [](VarlenSpec& s) { s.sink = true; }),
+      varlen({300, 9, 77}, {260, 90, 2}, 4, 2, d, t, [](VarlenSpec& s) { s.window_left = 40, s.window_right = 7; }),
+      varlen({100, 40}, {60, 140}, 2, 2, d, t, [](VarlenSpec& s) { s.causal = true, s.window_left = 15, s.sink = true; }),
+      varlen({90, 31, 1}, {120, 31, 64}, 2, 1, d, t, [](VarlenSpec& s) {
+        s.softcap = 10.0f, s.input_stddev = 3.0, s.sink = true, s.causal = true;
+      }),
+      varlen({150, 7, 66}, {180, 7, 66}, 2, 1, d, t, [](VarlenSpec& s) {
+        s.seqused_q = {70, 7, 0}, s.seqused_k = {180, 3, 10}, s.causal = true;
+      }),
+      varlen({40, 130}, {25, 170}, 4, 2, d, t, [](VarlenSpec& s) { s.pad_q = 9, s.pad_k = 70, s.sink = true; }),
+      varlen({130, 65}, {130, 65}, 2, 1, d, t, [](VarlenSpec& s) { s.sink = true, s.sink_offset = 6.0; }),
+  };
+}
+
+class VarlenGpu : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(VarlenGpu, ForwardMatchesReference) {
+  FLASH4_REQUIRE_GPU();
+  for (const VarlenSpec& s : cases(std::get<0>(GetParam()), std::get<1>(GetParam()))) run_forward(s);
+}
+
+TEST_P(VarlenGpu, BackwardMatchesReference) {
+  FLASH4_REQUIRE_GPU();
+  for (const VarlenSpec& s : cases(std::get<0>(GetParam()), std::get<1>(GetParam()))) run_backward(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, VarlenGpu,
+                         ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(kBF16, kF16)),
+                         [](const auto& info) {
+                           return "d" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == kBF16 ? "_bf16" : "_fp16");
+                         });
+
+// The issue's lengths (1000 and 4097 included) and more than 65536 tokens in total (one head, head dim 64, so
+// the fp64 reference of every row stays within seconds).
+TEST(VarlenGpuLarge, LongMixedLengths) {
+  FLASH4_REQUIRE_GPU();
+  std::vector<int> lengths = {0, 1, 17, 127, 128, 129, 1000, 4097};
+  for (int i = 0; i < 64; ++i) lengths.push_back(1000 + 7 * i);  // 70k+ tokens in total
+  std::vector<int> keys = lengths;
+  for (size_t i = 0; i < keys.size(); i += 3) keys[i] = keys[i] / 2 + 1;  // ragged q vs k
+  const VarlenSpec s = varlen(lengths, keys, 1, 1, 64, kBF16, [](VarlenSpec& x) { x.causal = true, x.sink = true; });
+  ASSERT_GT(s.total_q(), 65536);
+  run_forward(s);
+  run_backward(s);
+}
+
+// At least 1000 short segments (1..64 tokens).
+TEST(VarlenGpuLarge, ManyShortSegments) {
+  FLASH4_REQUIRE_GPU();
+  VarlenSpec s = varlen({}, {}, 4, 2, 64, kBF16, [](VarlenSpec& x) { x.causal = true; });
+  for (int b = 0; b < 1200; ++b) {
+    s.seqlens_q.push_back(1 + (b * 37) % 64);
+    s.seqlens_k.push_back(1 + (b * 53) % 64);
+  }
+  run_forward(s);
+  run_backward(s);
+}
+
+std::vector<uint16_t> bits(const HostTensor& h) {
+  std::vector<uint16_t> b(static_cast<size_t>(h.numel()));
+  std::memcpy(b.data(), h.view().data, b.size() * 2);
+  return b;
+}
+
+// Deterministic mode: a packed call equals the per-sequence dense calls bit for bit (out, dq, dk, dv).
+TEST(VarlenGpuDeterminism, EqualsPerSequenceDenseCalls) {
+  FLASH4_REQUIRE_GPU();
+  const VarlenSpec s = varlen({300, 1, 129, 64}, {350, 33, 129, 700}, 4, 2, 128, kBF16, [](VarlenSpec& x) {
+    x.causal = true, x.deterministic = true, x.sink = true;
+  });
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, true);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  const ForwardArgs fa = dev.forward_args(s, t);
+  ASSERT_TRUE(can_implement(fa).ok) << can_implement(fa).reason;
+  forward(fa);
+  backward(dev.backward_args(s, t));
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  for (HostTensor* h : {&t.out, &*t.dq, &*t.dk}) FLASH4_TEST_CUDA(dev.download(*h));
+  const std::vector<uint16_t> out = bits(t.out), dq = bits(*t.dq), dk = bits(*t.dk);
+  const int64_t d = s.head_dim;
+  int64_t q0 = 0, k0 = 0;
+  for (int64_t b = 0; b < s.batch(); ++b) {
+    const int64_t sq = s.seqlens_q[b], sk = s.seqlens_k[b];
+    VarlenSpec one = s;
+    one.seqlens_q = {static_cast<int>(sq)};
+    one.seqlens_k = {static_cast<int>(sk)};
+    VarlenTensors u = make_varlen_tensors(one, rng, true);  // same packed layout, one sequence, this one's data
+    auto copy_rows = [&](const HostTensor& from, HostTensor& to, int64_t row0, int64_t rows, int64_t heads) {
+      std::memcpy(to.data(), static_cast<const char*>(from.view().data) + row0 * heads * d * 2, rows * heads * d * 2);
+    };
+    copy_rows(t.q, u.q, q0, sq, s.heads);
+    copy_rows(t.k, u.k, k0, sk, s.heads_kv);
+    copy_rows(t.v, u.v, k0, sk, s.heads_kv);
+    copy_rows(*t.dout, *u.dout, q0, sq, s.heads);
+    std::memcpy(u.sink->data(), t.sink->data(), s.heads * 4);
+    // A dense batch of one over the same memory: (1, seqlen, heads, d).
+    DeviceVarlen udev(u);
+    ASSERT_TRUE(udev.ok());
+    auto dense = [&](const HostTensor& h, int64_t rows, int64_t heads) {
+      TensorView v = udev.view(h);
+      return make_view(v.data, v.dtype, v.device, 1, rows, heads, d);
+    };
+    ForwardArgs f;
+    f.q = dense(u.q, sq, s.heads), f.k = dense(u.k, sk, s.heads_kv), f.v = dense(u.v, sk, s.heads_kv);
+    f.out = dense(u.out, sq, s.heads);
+    TensorView lse = udev.view(u.lse);
+    f.lse = make_view(lse.data, DType::kFloat32, lse.device, 1, s.heads, sq);
+    f.causal = true;
+    f.learnable_sink = udev.view(*u.sink);
+    forward(f);
+    BackwardArgs g;
+    g.q = f.q, g.k = f.k, g.v = f.v, g.out = f.out, g.lse = f.lse, g.causal = true, g.deterministic = true;
+    g.dout = dense(*u.dout, sq, s.heads), g.dq = dense(*u.dq, sq, s.heads);
+    g.dk = dense(*u.dk, sk, s.heads_kv), g.dv = dense(*u.dv, sk, s.heads_kv);
+    g.learnable_sink = f.learnable_sink;
+    backward(g);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    for (HostTensor* h : {&u.out, &*u.dq, &*u.dk}) FLASH4_TEST_CUDA(udev.download(*h));
+    const std::vector<uint16_t> uo = bits(u.out), udq = bits(*u.dq), udk = bits(*u.dk);
+    for (size_t i = 0; i < uo.size(); ++i) ASSERT_EQ(uo[i], out[q0 * s.heads * d + i]) << "out, segment " << b;
+    for (size_t i = 0; i < udq.size(); ++i) ASSERT_EQ(udq[i], dq[q0 * s.heads * d + i]) << "dq, segment " << b;
+    for (size_t i = 0; i < udk.size(); ++i) ASSERT_EQ(udk[i], dk[k0 * s.heads_kv * d + i]) << "dk, segment " << b;
+    q0 += sq;
+    k0 += sk;
+  }
+}
+
+// The learnable sink on dense batches (dsink included), mirroring the CPU forward/backward sink cases: GQA with
+// key-less rows under causal (lse = sink there), softcap + window, a dominant sink; every head dim.
+TEST(DenseSinkGpu, ForwardAndBackwardMatchReference) {
+  FLASH4_REQUIRE_GPU();
+  std::vector<CaseSpec> specs;
+  for (int64_t d : {64, 128, 256}) {
+    specs.push_back(with(make_spec(2, 150, 60, 8, 2, d, kBF16, true), [](CaseSpec& s) { s.sink = true; }));
+    specs.push_back(with(make_spec(1, 300, 300, 4, 1, d, kF16), [](CaseSpec& s) {
+      s.sink = true, s.softcap = 10.0f, s.input_stddev = 3.0, s.window_left = 40, s.window_right = 0;
+    }));
+    specs.push_back(with(make_spec(1, 200, 200, 2, 2, d, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
+  }
+  for (const CaseSpec& s : specs) {
+    SCOPED_TRACE(s.name());
+    FLASH4_TEST_RNG(rng);
+    AttentionTensors t = make_tensors(s, rng, true);
+    DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), sink(*t.sink), dsink(*t.dsink);
+    DeviceMirror dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv);
+    ForwardArgs f = t.forward_args(s);
+    f.q = q.view(), f.k = k.view(), f.v = v.view(), f.out = out.view(), f.lse = lse.view();
+    f.learnable_sink = sink.view();
+    ASSERT_TRUE(can_implement(f).ok) << can_implement(f).reason;
+    forward(f);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    FLASH4_TEST_CUDA(out.download());
+    FLASH4_TEST_CUDA(lse.download());
+    EXPECT_TRUE(check_forward(s, t, rng));
+    BackwardArgs b = t.backward_args(s);  // on the GPU forward's out and lse
+    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.learnable_sink = f.learnable_sink;
+    b.dout = dout.view(), b.dq = dq.view(), b.dk = dk.view(), b.dv = dv.view(), b.dsink = dsink.view();
+    backward(b);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    for (DeviceMirror* m : {&dq, &dk, &dv, &dsink}) FLASH4_TEST_CUDA(m->download());
+    EXPECT_TRUE(check_backward(s, t));
+  }
+}
+
+// Corrupt device-resident offsets (decreasing, negative, past the tensors, longer than max_seqlen) cannot be
+// checked without a synchronisation; the kernels clamp them: the call completes and nothing outside the
+// tensors changes (guard rows after each packed tensor stay NaN-poisoned).
+TEST(VarlenGpuClamping, CorruptDeviceOffsetsStayInBounds) {
+  FLASH4_REQUIRE_GPU();
+  const int64_t total = 300, guard = 64, heads = 2, d = 64;
+  VarlenSpec s = varlen({100, 100, 100}, {100, 100, 100}, heads, heads, d, kBF16, [&](VarlenSpec& x) {
+    x.pad_q = guard, x.pad_k = guard, x.sink = true;  // the packed tensors get `guard` extra rows ...
+  });
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, true);
+  const std::vector<int> bad = {-7, 250, 120, 9999};  // negative, decreasing, past total, segment > max
+  std::memcpy(t.cu_seqlens_q.data(), bad.data(), bad.size() * 4);
+  std::memcpy(t.cu_seqlens_k.data(), bad.data(), bad.size() * 4);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  ForwardArgs fa = dev.forward_args(s, t);
+  BackwardArgs ba = dev.backward_args(s, t);
+  for (TensorView* v : {&fa.q, &fa.k, &fa.v, &fa.out, &ba.q, &ba.k, &ba.v, &ba.out, &ba.dout, &ba.dq, &ba.dk, &ba.dv})
+    v->shape[0] = total;  // ... which the call does not see
+  for (TensorView* v : {&fa.lse, &ba.lse}) v->shape[1] = total;  // (heads, total_q) with row stride total + guard
+  ASSERT_TRUE(can_implement(fa).ok) << can_implement(fa).reason;
+  forward(fa);
+  backward(ba);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  for (HostTensor* h : {&t.out, &*t.dq, &*t.dk, &*t.dv}) {
+    FLASH4_TEST_CUDA(dev.download(*h));
+    const uint16_t* p = static_cast<const uint16_t*>(h->data());
+    for (int64_t i = total * heads * d; i < (total + guard) * heads * d; ++i)
+      ASSERT_EQ(p[i], 0x7fc0u) << "element " << i << " past the tensor was written";
+  }
+  FLASH4_TEST_CUDA(dev.download(t.lse));
+  const float* lse = static_cast<const float*>(t.lse.data());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = total; i < total + guard; ++i) ASSERT_TRUE(std::isnan(lse[h * (total + guard) + i])) << i;
+}
+
+}  // namespace
+}  // namespace flash4::test

@@ -1,0 +1,155 @@
+"""flash4 inside Hugging Face transformers: a small randomly initialised Llama-architecture model (built from a
+config, nothing downloaded) with attn_implementation="f4" (flash4) against the same weights with "sdpa" and "eager":
+logits of a plain batch, of a padded batch, of a padding-free packed batch (position_ids, which must equal the
+padded batch's logits per document), and the gradients of a training step. CPU in CI; CUDA on a Hopper GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed: pip install transformers")
+
+import flash4  # noqa: E402
+import flash4.integrations.transformers as f4hf  # noqa: E402
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", marks=pytest.mark.skipif(
+        not (torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9),
+        reason="needs a Hopper (sm_90) GPU"), id="cuda"),
+]
+
+
+def tiny_llama(attn_implementation, device, seed=0):
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                      max_position_embeddings=256, attention_dropout=0.0)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config)
+    model.set_attn_implementation(attn_implementation)
+    return model.to(device=device, dtype=torch.float32)
+
+
+def pair(device, other="sdpa"):
+    ours = tiny_llama(f4hf.register(), device)
+    theirs = tiny_llama(other, device)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def skip_if_gpu_unsupported(device):
+    if device == "cuda":
+        q = torch.zeros(1, 8, 4, 32, device=device)
+        if not flash4.can_implement(q, q[:, :, :2], q[:, :, :2]):
+            pytest.skip("flash4 cannot run this head dim on this GPU")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("other", ["sdpa", "eager"])
+def test_logits_match(device, other):
+    skip_if_gpu_unsupported(device)
+    ours, theirs = pair(device, other)
+    ids = torch.randint(0, 97, (2, 37), device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_batch_matches_sdpa(device):
+    skip_if_gpu_unsupported(device)
+    ours, theirs = pair(device)
+    ids = torch.randint(0, 97, (3, 20), device=device)
+    mask = torch.ones(3, 20, dtype=torch.long, device=device)
+    mask[1, 13:] = 0  # right padding
+    mask[2, 5:] = 0
+    with torch.no_grad():
+        a = ours(ids, attention_mask=mask).logits
+        b = theirs(ids, attention_mask=mask).logits
+    keep = mask.bool()
+    torch.testing.assert_close(a[keep], b[keep], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_batch_equals_padded_batch(device):
+    """Padding-free packing: documents concatenated into one row with restarting position_ids go through the
+    varlen path and give each document the logits it gets on its own (no cross-document attention)."""
+    skip_if_gpu_unsupported(device)
+    ours, theirs = pair(device)
+    lengths = [11, 1, 24, 6]
+    docs = [torch.randint(0, 97, (n,), device=device) for n in lengths]
+    packed_ids = torch.cat(docs)[None]
+    position_ids = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
+    with torch.no_grad():
+        packed = ours(packed_ids, position_ids=position_ids).logits[0]
+        at = 0
+        for doc in docs:
+            alone_ours = ours(doc[None]).logits[0]
+            alone_sdpa = theirs(doc[None]).logits[0]
+            torch.testing.assert_close(packed[at:at + doc.numel()], alone_ours, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(packed[at:at + doc.numel()], alone_sdpa, rtol=1e-4, atol=1e-4)
+            at += doc.numel()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_step_gradients_match_sdpa(device):
+    skip_if_gpu_unsupported(device)
+    ours, theirs = pair(device)
+    ids = torch.randint(0, 97, (2, 33), device=device)
+    for model in (ours, theirs):
+        model.train()
+        model(ids, labels=ids).loss.backward()
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_training_step_matches_per_document(device):
+    """A packed (padding-free) training step's gradients equal the sum of the per-document steps'."""
+    skip_if_gpu_unsupported(device)
+    ours, _ = pair(device)
+    lengths = [9, 17, 4]
+    docs = [torch.randint(0, 97, (n,), device=device) for n in lengths]
+    ids = torch.cat(docs)[None]
+    position_ids = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
+    logits = ours(ids, position_ids=position_ids).logits[0]
+    loss = sum(torch.nn.functional.cross_entropy(logits[a:a + n - 1], ids[0, a + 1:a + n], reduction="sum")
+               for a, n in zip([0, 9, 26], lengths))
+    loss.backward()
+    packed = [p.grad.clone() for p in ours.parameters()]
+    ours.zero_grad()
+    for doc in docs:
+        logits = ours(doc[None]).logits[0]
+        torch.nn.functional.cross_entropy(logits[:-1], doc[1:], reduction="sum").backward()
+    for g, p in zip(packed, ours.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gpt_oss_sinks_and_sliding_window_match_eager(device):
+    """gpt-oss attention: learnable sinks (s_aux -> learnable_sink) and sliding-window layers; logits and every
+    gradient (the sinks' included) equal eager attention's."""
+    skip_if_gpu_unsupported(device)
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no gpt-oss")
+    config = transformers.GptOssConfig(vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                                       num_experts_per_tok=2, sliding_window=8, max_position_embeddings=128,
+                                       layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(config).to(device=device, dtype=torch.float32)
+    sinks = [m.sinks for m in model.modules() if hasattr(m, "sinks")]
+    assert sinks, "gpt-oss attention without sinks"
+    with torch.no_grad():
+        for s in sinks:
+            s.normal_()
+    ids = torch.randint(0, 97, (2, 21), device=device)
+    results = []
+    for implementation in ("eager", f4hf.register()):
+        model.set_attn_implementation(implementation)
+        model.zero_grad()
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        results.append((out.logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    assert all(s.grad is not None and s.grad.abs().sum() > 0 for s in sinks)
