@@ -31,7 +31,7 @@ py="$env_dir/bin/python"
 "$py" --version
 
 step "test dependencies"
-"$py" -m pip install -q numpy pytest
+"$py" -m pip install -q numpy pytest hypothesis
 if [[ "$with_torch" == 1 ]]; then
   # PyPI's Linux torch wheel (it runs on machines without a GPU); already installed means no download. If it
   # cannot be installed (no space, no network), the torch tests report themselves skipped and this says why.

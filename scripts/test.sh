@@ -63,13 +63,46 @@ bash scripts/test-python.sh 2>&1 | tee "$python_log" || python_status=$?
 python_summary=$(grep -E "[0-9]+ (passed|failed|error).* in [0-9.]+s" "$python_log" | tail -1 || true)
 python_summary=${python_summary:-"no summary (exit $python_status)"}
 
+# ---- sanitizers: the CPU library, the CLI and their tests under ASan + UBSan (preset asan) -------------------
+# Tests that run under `ulimit -v` are left out (label ulimit): a sanitizer's shadow memory cannot fit the limit.
+echo "== sanitizers (preset asan)"
+asan_dir="$build_dir-asan"
+sanitizer_status=0
+start=$SECONDS
+{
+  cmake --preset asan -B "$asan_dir" >/dev/null &&
+    cmake --build "$asan_dir" -j "$jobs" >"$asan_dir.build.log" 2>&1 &&
+    ctest --test-dir "$asan_dir" -LE ulimit --output-on-failure -j "$jobs" --timeout 900 >"$asan_dir.ctest.log" 2>&1
+} || sanitizer_status=1
+if ((sanitizer_status)); then
+  tail -60 "$asan_dir.build.log" 2>/dev/null || true
+  grep -vE "^ *Start +[0-9]+:|Test +#[0-9]+: .* Passed " "$asan_dir.ctest.log" 2>/dev/null || true
+fi
+sanitizer_summary=$(grep -E "tests passed, [0-9]+ tests? failed out of" "$asan_dir.ctest.log" 2>/dev/null | tail -1 || true)
+sanitizer_summary="${sanitizer_summary:-no summary (exit $sanitizer_status)} ($((SECONDS - start)) s)"
+
+# ---- fuzzing: a short run of each libFuzzer target (scripts/fuzz.sh) where clang has libFuzzer --------------
+echo "== fuzzing (scripts/fuzz.sh, ${FLASH4_FUZZ_SECONDS:-60} s per target)"
+fuzz_status=0
+start=$SECONDS
+if command -v clang++ >/dev/null &&
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+  clang++ -x c++ -fsanitize=fuzzer - -o "$build_dir/libfuzzer-probe" >/dev/null 2>&1; then
+  bash scripts/fuzz.sh "${FLASH4_FUZZ_SECONDS:-60}" | tee "$build_dir/fuzz.log" || fuzz_status=$?
+  fuzz_summary="$(grep -E '^fuzz total' "$build_dir/fuzz.log" || echo "no total (exit $fuzz_status)"), $( ((fuzz_status)) && echo FAILED || echo no crash) ($((SECONDS - start)) s)"
+else
+  fuzz_summary="skipped: no clang++ with libFuzzer (apt-get install clang)"
+fi
+
 # ---- summary ----------------------------------------------------------------------------------------------
 echo
 echo "== summary"
 echo "C++ tests:     ${ctest_summary:-no summary (ctest exit $ctest_status)}"
 echo "install check: $([[ $install_status -eq 0 ]] && echo passed || echo FAILED)"
 echo "Python tests:  $python_summary"
-if ((ctest_status || install_status || python_status)); then
+echo "sanitizers:    $sanitizer_summary"
+echo "fuzzing:       $fuzz_summary"
+if ((ctest_status || install_status || python_status || sanitizer_status || fuzz_status)); then
   echo "RESULT: FAILED"
   exit 1
 fi

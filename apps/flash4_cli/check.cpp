@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "check/attention_results.h"
 #include "check/naive_attention.h"
@@ -22,6 +23,12 @@ constexpr int64_t kFullCheckScores = int64_t{1} << 22;
 constexpr int64_t kSampledRows = 64;
 // Backward: the reduced problem (batch 0, one K/V head group) must stay below this many scores.
 constexpr int64_t kMaxBackwardCheckScores = int64_t{1} << 25;
+
+// Scores (query, key pairs times heads) of `batch` entries of p, in double: the sizes' product may exceed int64.
+double scores(int64_t batch, const Problem& p) {
+  return static_cast<double>(batch) * static_cast<double>(p.heads) * static_cast<double>(p.seqlen_q) *
+         static_cast<double>(p.seqlen_k);
+}
 
 // ||test - ref|| / ||ref|| over the finite reference values: reported beside the rule's maximum error.
 double relative_l2(const std::vector<double>& test, const std::vector<double>& ref) {
@@ -76,10 +83,25 @@ std::vector<double> first_heads(const std::vector<double>& x, int64_t seqlen, in
 
 }  // namespace
 
+std::string backward_check_refusal(const flash4::BackwardArgs& args) {
+  const Problem p = flash4::check::make_problem(args);
+  if (scores(p.batch, p) <= kFullCheckScores) return {};
+  // The reduced check: batch 0, one group of query heads.
+  const double reduced = static_cast<double>(p.group()) * static_cast<double>(p.seqlen_q) *
+                         static_cast<double>(p.seqlen_k);
+  if (reduced <= static_cast<double>(kMaxBackwardCheckScores)) return {};
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "--check: the backward check needs (heads / heads_kv) x seqlen_q x seqlen_k = %.4g scores in the "
+                "fp64 reference, above its limit of %lld",
+                reduced, static_cast<long long>(kMaxBackwardCheckScores));
+  return text;
+}
+
 bool check_forward(const flash4::ForwardArgs& args, const HostResults& r) {
   const Problem p = flash4::check::make_problem(args);
   const DType dtype = args.q.dtype;
-  const bool sampled = p.batch * p.heads * p.seqlen_q * p.seqlen_k > kFullCheckScores && p.seqlen_q > kSampledRows;
+  const bool sampled = scores(p.batch, p) > kFullCheckScores && p.seqlen_q > kSampledRows;
   const std::vector<int64_t> rows = sampled ? sample_rows(p.seqlen_q, kSampledRows) : std::vector<int64_t>{};
   if (sampled) {
     std::printf("check    vs the fp64 reference on %zu of %lld query rows per (batch, head)\n", rows.size(),
@@ -118,14 +140,14 @@ bool check_backward(const flash4::BackwardArgs& args, const HostResults& r) {
   Problem sub = p;
   HostResults in;
   const HostResults* use = &r;
-  if (p.batch * p.heads * p.seqlen_q * p.seqlen_k > kFullCheckScores) {
+  if (scores(p.batch, p) > kFullCheckScores) {
     // dK and dV need every query row, so check a smaller slice in full instead of sampling rows.
     sub.batch = 1;
     sub.heads = p.group();
     sub.heads_kv = 1;
-    if (sub.heads * p.seqlen_q * p.seqlen_k > kMaxBackwardCheckScores) {
-      std::printf("check    skipped: seqlen_q x seqlen_k too large for the fp64 backward reference here\n");
-      return true;
+    if (const std::string refusal = backward_check_refusal(args); !refusal.empty()) {
+      std::printf("check    not run: %s\n", refusal.c_str());  // run_attention refuses these before the run
+      return false;
     }
     const int64_t d = p.head_dim, g = sub.heads;
     in.q = first_heads(r.q, p.seqlen_q, p.heads, g, d);

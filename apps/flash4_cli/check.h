@@ -2,6 +2,7 @@
 // of src/check (the one the tests use). Prints the report; returns true on PASS.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "flash4/api.h"
@@ -13,6 +14,10 @@ struct HostResults {
   std::vector<double> q, k, v, out, lse;  // forward (lse always present)
   std::vector<double> dout, dq, dk, dv;   // backward only
 };
+
+// Empty when check_backward can judge `args`' problem, else why not (too large for the fp64 reference): asked
+// before the run, so that a check that cannot run is refused instead of reported.
+std::string backward_check_refusal(const flash4::BackwardArgs& args);
 
 // `args` are the run's (valid) arguments: they give the problem, the dtype and the exp2 mode.
 bool check_forward(const flash4::ForwardArgs& args, const HostResults& r);

@@ -42,6 +42,12 @@ void copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes > 0) check(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
 }
 
+size_t device_memory_free() {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
 double time_on_device(const std::function<void()>& fn) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");

@@ -27,6 +27,9 @@ class DeviceBuffer {
 void copy_to_device(void* device_dst, const void* host_src, size_t bytes);
 void copy_to_host(void* host_dst, const void* device_src, size_t bytes);
 
+// Free memory of CUDA device 0 in bytes (cudaMemGetInfo).
+size_t device_memory_free();
+
 // Runs fn (which enqueues work on the default stream) between two CUDA events; returns the elapsed ms.
 double time_on_device(const std::function<void()>& fn);
 

@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <charconv>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -15,14 +16,21 @@ template <typename T>
 T parse_number(std::string_view flag, std::string_view text) {
   T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size())
+    bad(std::string(flag) + ": " + std::string(text) + " is out of range");
   if (ec != std::errc() || end != text.data() + text.size())
     bad(std::string(flag) + ": expected a number, got '" + std::string(text) + "'");
   return value;
 }
 
-int64_t parse_size(std::string_view flag, std::string_view text, int64_t min) {
+// An integer in [min, max]; parsed as int64 so that a value beyond `max` is reported, never narrowed.
+int64_t parse_size(std::string_view flag, std::string_view text, int64_t min,
+                   int64_t max = std::numeric_limits<int64_t>::max()) {
   const auto value = parse_number<int64_t>(flag, text);
-  if (value < min) bad(std::string(flag) + " must be >= " + std::to_string(min) + ", got " + std::string(text));
+  if (value < min || value > max) {
+    bad(std::string(flag) + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+        std::string(text));
+  }
   return value;
 }
 
@@ -89,7 +97,7 @@ RunOptions parse_run_options(int argc, char** argv) {
         bad("--device: expected auto, cpu or cuda, got '" + o.device + "'");
     }
     else if (arg == "--check") { no_value(); o.check = true; }
-    else if (arg == "--iters") o.iters = static_cast<int>(parse_size(arg, next(), 1));
+    else if (arg == "--iters") o.iters = static_cast<int>(parse_size(arg, next(), 1, kMaxIters));
     else if (arg == "--seed") o.seed = parse_number<uint64_t>(arg, next());
     else if (arg == "--exp2") o.exp2 = parse_exp2(next());
     else if (arg == "--no-conditional-rescale") { no_value(); o.conditional_rescale = false; }
@@ -97,6 +105,11 @@ RunOptions parse_run_options(int argc, char** argv) {
   }
   if (o.seqlen_k < 0) o.seqlen_k = o.seqlen_q;
   if (o.heads_kv < 0) o.heads_kv = o.heads;
+  // The forward's tuning knobs would only change the forward that prepares out and lse, never the timed backward.
+  if (o.backward && o.exp2 != flash4::Exp2Mode::kAuto)
+    bad("--exp2 applies to the forward only; drop it with --backward");
+  if (o.backward && !o.conditional_rescale)
+    bad("--no-conditional-rescale applies to the forward only; drop it with --backward");
   return o;
 }
 
@@ -126,11 +139,12 @@ Attention:
 
 Execution:
   --device auto|cpu|cuda   auto uses a supported CUDA GPU (sm_90) when present, else the CPU (default auto)
-  --iters N                timed runs after one warm-up; the median is reported (default 10)
+  --iters N                timed runs after one warm-up, 1 to 1000000; the median is reported (default 10)
   --seed N                 seed of the random inputs (default 0)
-  --exp2 auto|exact|poly   how the softmax evaluates exp2: the backend's choice, libm/MUFU, or FA4's FMA-pipe
-                           polynomial (default auto)
+  --exp2 auto|exact|poly   how the forward's softmax evaluates exp2: the backend's choice, libm/MUFU, or FA4's
+                           FMA-pipe polynomial (default auto; forward only)
   --no-conditional-rescale rescale the output on every new row maximum instead of FA4's lazy rescaling
+                           (forward only)
 
 Checking:
   --check                  compare with a naive fp64 reference. Large forward problems are checked on 64
@@ -138,13 +152,19 @@ Checking:
                            first group of heads that share a key/value head. Passes when
                              max error <= 2 x (max error of a naive same-dtype attention) + atol,
                            for out and lse (forward) or dq, dk and dv (backward), with atol = one ulp of the
-                           dtype at 0.3 + 1e-4 x max |reference|. Exit code 1 on FAIL.
+                           dtype at 0.3 + 1e-4 x max |reference|. Exit code 1 on FAIL. A backward problem too
+                           large for the fp64 reference is refused before it runs (exit 2).
 
 Output: the configuration, the median time in ms and the speed in TFLOP/s, counting FLOPs as FlashAttention
-does: forward 4 * batch * heads * seqlen_q * seqlen_k * head_dim, half that for causal with seqlen_q == seqlen_k,
-backward 2.5 x forward. Progress of long runs goes to stderr.
+does: forward 4 * batch * heads * seqlen_q * seqlen_k * head_dim, half that for causal with seqlen_q == seqlen_k;
+with --window only the (query, key) pairs inside the window are counted; backward 2.5 x forward. Progress of long
+runs goes to stderr.
 
-Exit codes: 0 success, 1 check failed or the run failed, 2 bad command line or configuration not supported.
+Memory: the host and (CUDA) device memory a run needs is estimated first; a run that would not fit in what is
+available (also under ulimit -v) is refused with both figures (exit 2).
+
+Exit codes: 0 success, 1 check failed or the run failed, 2 bad command line, configuration not supported, or
+not enough memory.
 
 Example:
   flash4 run --batch 1 --seqlen-q 4096 --heads 16 --head-dim 128 --dtype bf16 --causal --check

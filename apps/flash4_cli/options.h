@@ -8,6 +8,9 @@
 
 namespace flash4_cli {
 
+// Upper bound of --iters: a bound that keeps the timing vector small and the count in an int.
+constexpr int64_t kMaxIters = 1000000;
+
 struct RunOptions {
   int64_t batch = 1;
   int64_t seqlen_q = 1024;

@@ -13,6 +13,8 @@
 
 #include "check.h"
 #include "device_memory.h"
+#include "flops.h"
+#include "memory_budget.h"
 #include "flash4/api.h"
 #include "reference/reference.h"
 
@@ -26,22 +28,22 @@ using flash4::TensorView;
 // Warm-up runs longer than this get per-iteration progress on stderr.
 constexpr double kProgressAfterMs = 1000.0;
 
-// One tensor of the run: the host copy and, for CUDA, the device copy that flash4 sees.
+// One tensor of the run: the host copy and, for CUDA, the device copy that flash4 sees. Described first (null
+// data) so that the arguments are validated and the memory estimated before anything is allocated.
 struct Tensor {
   std::vector<unsigned char> host;
   DeviceBuffer device;
-  TensorView view;  // points at `device` on CUDA, at `host` on the CPU
+  TensorView view;  // points at `device` on CUDA, at `host` on the CPU; null until allocate()
 
-  Tensor(DType dtype, Device where, int rank, const int64_t* shape) {
-    int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
-    host.resize(static_cast<size_t>(n * flash4::dtype_size(dtype)));
-    if (where.kind == flash4::DeviceKind::kCuda) device = DeviceBuffer(host.size());
-    void* data = where.kind == flash4::DeviceKind::kCuda ? device.data() : static_cast<void*>(host.data());
-    view = rank == 4 ? flash4::make_view(data, dtype, where, shape[0], shape[1], shape[2], shape[3])
-                     : flash4::make_view(data, dtype, where, shape[0], shape[1], shape[2]);
-  }
+  Tensor(DType dtype, Device where, int rank, const int64_t* shape)
+      : view(rank == 4 ? flash4::make_view(nullptr, dtype, where, shape[0], shape[1], shape[2], shape[3])
+                       : flash4::make_view(nullptr, dtype, where, shape[0], shape[1], shape[2])) {}
   bool on_device() const { return view.device.kind == flash4::DeviceKind::kCuda; }
+  void allocate() {
+    host.resize(static_cast<size_t>(view.numel() * flash4::dtype_size(view.dtype)));
+    if (on_device()) device = DeviceBuffer(host.size());
+    view.data = on_device() ? device.data() : static_cast<void*>(host.data());
+  }
   void upload() {
     if (on_device()) copy_to_device(device.data(), host.data(), host.size());
   }
@@ -71,15 +73,6 @@ void fill_normal(Tensor& t, std::mt19937_64& rng) {
     flash4::reference::from_double(values, chunk);  // rounds to the dtype, nearest even
   }
   t.upload();
-}
-
-// FLOPs as FlashAttention counts them (../shared/facts.md).
-double attention_flops(const flash4::ForwardArgs& a, bool backward) {
-  const int64_t batch = a.q.shape[0], seqlen_q = a.q.shape[1], heads = a.q.shape[2], head_dim = a.q.shape[3];
-  const int64_t seqlen_k = a.k.shape[1];
-  double flops = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim;
-  if (a.causal && seqlen_q == seqlen_k) flops /= 2;
-  return backward ? 2.5 * flops : flops;
 }
 
 double median(std::vector<double> x) {
@@ -132,11 +125,6 @@ int run_attention(const RunOptions& o) {
       dv(o.dtype, device, 4, o.backward ? kv_shape : none);
 
   flash4::ForwardArgs fwd;
-  fwd.q = q.view;
-  fwd.k = k.view;
-  fwd.v = v.view;
-  fwd.out = out.view;
-  fwd.lse = lse.view;
   fwd.causal = o.causal;
   fwd.window_left = o.window_left;
   fwd.window_right = o.window_right;
@@ -144,7 +132,18 @@ int run_attention(const RunOptions& o) {
   fwd.tuning.exp2 = o.exp2;
   fwd.tuning.conditional_rescale = o.conditional_rescale;
   flash4::BackwardArgs bwd;
-  if (o.backward) {
+  bwd.causal = o.causal;
+  bwd.window_left = o.window_left;
+  bwd.window_right = o.window_right;
+  bwd.softcap = o.softcap;
+  // The views in the arguments, again after allocation gave them their data.
+  const auto set_views = [&] {
+    fwd.q = q.view;
+    fwd.k = k.view;
+    fwd.v = v.view;
+    fwd.out = out.view;
+    fwd.lse = lse.view;
+    if (!o.backward) return;
     bwd.dout = dout.view;
     bwd.q = q.view;
     bwd.k = k.view;
@@ -154,20 +153,46 @@ int run_attention(const RunOptions& o) {
     bwd.dq = dq.view;
     bwd.dk = dk.view;
     bwd.dv = dv.view;
-    bwd.causal = o.causal;
-    bwd.window_left = o.window_left;
-    bwd.window_right = o.window_right;
-    bwd.softcap = o.softcap;
-  }
+  };
+  set_views();
 
-  // Validation errors surface here (can_implement throws on bad arguments), before any input is generated.
-  flash4::Support support = flash4::can_implement(fwd);  // the backward runs the forward for out and lse
-  if (support.ok && o.backward) support = flash4::can_implement(bwd);
+  // Validation errors surface here (can_implement throws on bad arguments), before any memory is allocated.
+  using flash4::Validation;
+  flash4::Support support = flash4::can_implement(fwd, Validation::kWithoutBuffers);  // the backward needs out, lse
+  if (support.ok && o.backward) support = flash4::can_implement(bwd, Validation::kWithoutBuffers);
   if (!support.ok) {
     std::fprintf(stderr, "flash4: not supported on %s: %s\n", flash4::device_name(device).c_str(),
                  support.reason.c_str());
     return 2;
   }
+  if (o.check && o.backward) {
+    if (const std::string refusal = backward_check_refusal(bwd); !refusal.empty()) {
+      std::fprintf(stderr, "flash4: error: %s; drop --check or use smaller sizes\n", refusal.c_str());
+      return 2;
+    }
+  }
+  const bool on_cuda = device.kind == flash4::DeviceKind::kCuda;
+  const MemoryNeed need = estimate_memory(o, on_cuda);
+  const double host_available = host_memory_available();
+  if (host_available >= 0 && need.host_bytes > host_available) {
+    std::fprintf(stderr,
+                 "flash4: error: this run needs about %s of host memory%s but %s are available; use smaller sizes\n",
+                 format_bytes(need.host_bytes).c_str(), o.check ? " (with --check's fp64 copies)" : "",
+                 format_bytes(host_available).c_str());
+    return 2;
+  }
+  if (on_cuda) {
+    const double device_free = static_cast<double>(device_memory_free());
+    if (need.device_bytes > device_free) {
+      std::fprintf(stderr,
+                   "flash4: error: this run needs about %s of memory on %s but %s are free; use smaller sizes\n",
+                   format_bytes(need.device_bytes).c_str(), flash4::device_name(device).c_str(),
+                   format_bytes(device_free).c_str());
+      return 2;
+    }
+  }
+  for (Tensor* t : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) t->allocate();
+  set_views();
   std::printf("%s\n", describe(o, device).c_str());
   std::fflush(stdout);
 
@@ -197,8 +222,8 @@ int run_attention(const RunOptions& o) {
   const double flops = attention_flops(fwd, o.backward);
   std::printf("time     median %.3f ms  (min %.3f, max %.3f; %d iters after 1 warm-up)\n", med,
               *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), o.iters);
-  std::printf("speed    %.4g TFLOP/s  (%.4g GFLOP/s, %.4g GFLOP per run)\n", flops / med * 1e-9, flops / med * 1e-6,
-              flops * 1e-9);
+  std::printf("speed    %.4g TFLOP/s  (%.4g GFLOP/s, %.4g GFLOP per run%s)\n", flops / med * 1e-9,
+              flops / med * 1e-6, flops * 1e-9, o.window_left >= 0 || o.window_right >= 0 ? ", window pairs only" : "");
   std::fflush(stdout);
   if (!o.check) return 0;
 
@@ -218,7 +243,7 @@ int run_attention(const RunOptions& o) {
   } else {
     pass = check_forward(fwd, r);
   }
-  std::printf("result   %s\n", pass ? "PASS" : "FAIL");
+  std::printf("result   %s\n", pass ? "PASS" : "FAIL");  // a check that could not run was refused before the run
   return pass ? 0 : 1;
 }
 

@@ -109,10 +109,16 @@ struct Support {
   explicit operator bool() const { return ok; }
 };
 
+// What can_implement validates. kWithoutBuffers checks shapes, strides, dtypes, devices and values but not the
+// data pointers (null is fine), aliasing, nor the contents of host cu_seqlens / seqused, so that a
+// configuration can be checked before its memory is allocated (sizes that overflow are still refused); forward
+// and backward always check everything.
+enum class Validation : int { kFull = 0, kWithoutBuffers = 1 };
+
 // Validates the arguments (throws Error(kInvalidArgument) on bad input) and reports whether the device the
 // tensors live on can run them.
-Support can_implement(const ForwardArgs& args);
-Support can_implement(const BackwardArgs& args);
+Support can_implement(const ForwardArgs& args, Validation scope = Validation::kFull);
+Support can_implement(const BackwardArgs& args, Validation scope = Validation::kFull);
 
 // Run attention. Throw flash4::Error; on any error nothing is written to the outputs.
 // CUDA work is enqueued on `stream` and not synchronized.

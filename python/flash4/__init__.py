@@ -6,8 +6,8 @@
                                                                # packed: q (total_q, heads, head_dim)
 
 Works on torch tensors (CPU and CUDA; autograd and torch.compile through the custom ops flash4::fwd and
-flash4::bwd) and, forward only, on other DLPack arrays such as numpy arrays. torch is imported only when
-torch tensors are passed. See docs/python.md.
+flash4::bwd) and, forward only, on other DLPack arrays such as numpy arrays. Where torch is installed it is
+imported with flash4, so that flash4.nn and torch.ops.flash4.* exist from the start. See docs/python.md.
 """
 
 from ._api import (
@@ -38,3 +38,22 @@ __all__ = [
     "library_version",
     "scaled_dot_product_attention",
 ]
+
+
+def _load_torch_parts():
+    """Imports flash4.nn and registers the custom ops torch.ops.flash4.fwd / bwd wherever torch is installed; a
+    torch that fails to import leaves flash4 usable on other arrays, with a warning saying why."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return
+    try:
+        from . import _torch_ops, nn  # noqa: F401
+    except ImportError as error:  # pragma: no cover - a broken torch install
+        import warnings
+
+        warnings.warn(f"flash4: torch is installed but could not be imported ({error}); flash4.nn and the "
+                      "torch custom ops are unavailable", stacklevel=2)
+
+
+_load_torch_parts()

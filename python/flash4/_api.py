@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy
 
+from . import _checks
 from ._native import _C
 from ._offsets import check_varlen_offsets, offsets_check_requested
 
@@ -42,11 +43,11 @@ def _is_torch_tensor(x):
 
 def normalize_options(softmax_scale, window_size, softcap):
     """(softmax_scale, window_left, window_right, softcap) as the native layer takes them. A softmax_scale of
-    None becomes 0.0, the library's "1/sqrt(head_dim)"; the library validates the values."""
-    scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
-    return scale, int(window_size[0]), int(window_size[1]), float(softcap)
+    None becomes 0.0, the library's "1/sqrt(head_dim)". Types and ranges are checked here (_checks), the values'
+    meaning (finite, >= 0) by the library."""
+    scale = 0.0 if softmax_scale is None else _checks.real("softmax_scale", softmax_scale)
+    left, right = _checks.window(window_size)
+    return scale, left, right, _checks.real("softcap", softcap)
 
 
 def check_attention_shape(x, name):
@@ -132,6 +133,7 @@ def flash_attn_func(
         raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(q=q, k=k, v=v)
     if _is_torch_tensor(q):
         return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
                                           learnable_sink=learnable_sink)
@@ -188,6 +190,7 @@ def flash_attn_varlen_func(
         raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(q=q, k=k, v=v)
     if _is_torch_tensor(q):
         return _torch_backend().attention(
             q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
@@ -228,6 +231,7 @@ def forward(
     if exp2 not in _EXP2_MODES:
         raise ValueError(f"exp2 must be one of {sorted(_EXP2_MODES)}, got {exp2!r}")
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(q=q, k=k, v=v, out=out, lse=lse)
     stream = _stream_for(q, stream)
     _C.forward(*_exported(q, k, v, out, lse), scale, bool(causal), left, right, cap, stream, _EXP2_MODES[exp2],
                bool(conditional_rescale))
@@ -254,6 +258,7 @@ def backward(
     """Low-level backward into preallocated dq, dk, dv (like q, k, v; dout like out), for any DLPack arrays. `out` and `lse`
     are the forward's results for the same options."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dq=dq, dk=dk, dv=dv)
     stream = _stream_for(q, stream)
     _C.backward(*_exported(dout, q, k, v, out, lse, dq, dk, dv), scale, bool(causal), left, right, cap,
                 bool(deterministic), stream)
@@ -275,6 +280,7 @@ def can_implement(
     backward=True the backward). Raises ValueError/TypeError for invalid arguments, like the entry points.
     Allocates (uninitialized) outputs of the problem's size to describe it to the library."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    _checks.arrays(q=q, k=k, v=v)
     shape = check_attention_shape(q, "q")
     check_attention_shape(k, "k")
     v_shape = check_attention_shape(v, "v")

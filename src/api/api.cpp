@@ -68,14 +68,14 @@ bool cpu_needs_backend(const detail::Problem& p) {
 
 }  // namespace
 
-Support can_implement(const ForwardArgs& args) {
-  const detail::Problem p = detail::validate(args);
+Support can_implement(const ForwardArgs& args, Validation scope) {
+  const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};  // the CPU path runs every valid configuration
   return cuda_can(args, p);
 }
 
-Support can_implement(const BackwardArgs& args) {
-  const detail::Problem p = detail::validate(args);
+Support can_implement(const BackwardArgs& args, Validation scope) {
+  const detail::Problem p = detail::validate(args, scope);
   if (is_cpu(args.q)) return {};
   return cuda_can(args, p);
 }

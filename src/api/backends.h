@@ -8,9 +8,9 @@
 namespace flash4::detail {
 
 // Validates everything that does not depend on the device (throws Error(kInvalidArgument)) and returns the
-// normalized problem. Defined in src/api/validate.cpp.
-Problem validate(const ForwardArgs& args);
-Problem validate(const BackwardArgs& args);
+// normalized problem. kWithoutBuffers skips the data pointers and aliasing. Defined in src/api/validate.cpp.
+Problem validate(const ForwardArgs& args, Validation scope = Validation::kFull);
+Problem validate(const BackwardArgs& args, Validation scope = Validation::kFull);
 
 // CPU backend (src/cpu): tiled FlashAttention with online softmax and conditional rescaling.
 void cpu_forward(const ForwardArgs& args, const Problem& p);

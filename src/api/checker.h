@@ -10,17 +10,21 @@
 
 namespace flash4::detail {
 
-// Collects the calling entry point's name so every message starts with it.
+// Collects the calling entry point's name so every message starts with it, and whether the buffers (data
+// pointers, aliasing, host-resident sequence offsets) are checked too or only the shapes and values
+// (Validation::kWithoutBuffers).
 class Checker {
  public:
-  explicit Checker(const char* entry_point) : entry_point_(entry_point) {}
+  explicit Checker(const char* entry_point, bool buffers = true) : entry_point_(entry_point), buffers_(buffers) {}
 
   [[noreturn]] void fail(const std::string& message) const {
     throw Error(Status::kInvalidArgument, std::string(entry_point_) + ": " + message);
   }
+  bool buffers() const { return buffers_; }
 
  private:
   const char* entry_point_;
+  bool buffers_;
 };
 
 // REQUIRE(checker, condition, message): the message (string concatenations, to_string) is built only when the

@@ -1,4 +1,5 @@
 // Small helpers of the public types: names for messages and contiguous views.
+#include <cstdint>
 #include <string>
 
 #include "flash4/error.h"
@@ -47,7 +48,8 @@ TensorView make_view(void* data, DType dtype, Device device, int64_t d0, int64_t
   for (int i = 3; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.stride[i] = stride;
-    stride *= shape[i];
+    // Saturates instead of overflowing (undefined behaviour): validation then refuses the view as too large.
+    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return t;
 }

@@ -21,7 +21,7 @@ inline float exp2_poly_vectorizable(float x) {
   p = std::fma(p, f, kExp2PolyC0);
   int32_t pi;
   std::memcpy(&pi, &p, 4);
-  const int32_t bits = static_cast<int32_t>(static_cast<uint32_t>(pi) + (static_cast<uint32_t>(static_cast<int32_t>(fl)) << 23));
+  const int32_t bits = static_cast<int32_t>(static_cast<uint32_t>(pi) + (static_cast<uint32_t>(fl == fl ? static_cast<int32_t>(fl) : 0) << 23));  // NaN: no UB, stays NaN
   float out;
   std::memcpy(&out, &bits, 4);
   return out;

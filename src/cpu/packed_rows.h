@@ -65,7 +65,7 @@ inline std::vector<char> covered_rows(const detail::Problem& p, bool keys) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const detail::SequenceInfo s = layout.info(b);
     const int64_t offset = keys ? s.k_offset : s.q_offset, length = keys ? s.seqlen_k : s.seqlen_q;
-    std::memset(covered.data() + entry_index(p, b) * g.rows + offset, 1, static_cast<size_t>(length));
+    if (length > 0) std::memset(covered.data() + entry_index(p, b) * g.rows + offset, 1, static_cast<size_t>(length));
   }
   return covered;
 }

@@ -1,0 +1,78 @@
+"""Argument checks made in Python before the native layer: the options' types and ranges, and that the arrays
+are of one kind (all torch tensors or none) and, for torch, on a device flash4 runs on. Without them nanobind
+would answer with its own signature dump, or round and truncate silently; the messages name the argument as
+the C++ library's do, and the library still validates everything else (shapes, dtypes, strides, aliasing)."""
+
+import math
+import operator
+import sys
+
+_INT32_MAX = 2**31 - 1
+_FLOAT32_MAX = 3.4028234663852886e38
+_TORCH_DEVICES = ("cpu", "cuda")
+
+
+def _torch_tensor_type():
+    torch = sys.modules.get("torch")  # nothing is a torch tensor unless torch was imported
+    return None if torch is None else torch.Tensor
+
+
+def window(window_size):
+    """(left, right) as ints in [-1, 2**31 - 1]; TypeError for a non-integer, ValueError out of range."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
+    sides = []
+    for name, value in zip(("window_left", "window_right"), window_size):
+        if isinstance(value, (bool, float)):
+            raise TypeError(f"{name} (in window_size) must be an int, -1 = unbounded; got {value!r}")
+        try:
+            side = operator.index(value)
+        except TypeError:
+            raise TypeError(
+                f"{name} (in window_size) must be an int, -1 = unbounded; got {type(value).__name__} {value!r}"
+            ) from None
+        if side < -1:
+            raise ValueError(f"{name} = {side} must be >= -1 (-1 = unbounded)")
+        if side > _INT32_MAX:
+            raise ValueError(f"{name} = {side} must be <= {_INT32_MAX}")
+        sides.append(side)
+    return sides[0], sides[1]
+
+
+def real(name, value):
+    """value as a float; TypeError unless it is a real number, ValueError beyond float32's range (the library
+    takes float32; NaN and the sign are left to its own checks)."""
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
+    if math.isfinite(x) and abs(x) > _FLOAT32_MAX:
+        raise ValueError(f"{name} = {x!r} is beyond float32's range (the library computes in float32)")
+    return x
+
+
+def arrays(**named):
+    """Arrays of one kind: all torch tensors or none (None entries are skipped), torch tensors on cpu or cuda.
+    The first named array sets the kind."""
+    tensor = _torch_tensor_type()
+    first = None
+    for name, x in named.items():
+        if x is None:
+            continue
+        is_torch = tensor is not None and isinstance(x, tensor)
+        if first is None:
+            first = (name, is_torch)
+        elif is_torch != first[1]:
+            first_type = type(named[first[0]]) if is_torch else type(x)
+            kind = f"{first_type.__module__}.{first_type.__name__}"
+            if is_torch:
+                message = f"{name} is a torch.Tensor but {first[0]} is a {kind}"
+            else:
+                message = f"{name} must be a torch.Tensor like {first[0]}, got {kind}"
+            raise TypeError(f"{message}; pass all arrays as torch tensors or none of them")
+        if is_torch and x.device.type not in _TORCH_DEVICES:
+            raise ValueError(
+                f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"
+            )

@@ -1,0 +1,39 @@
+// NaN in the inputs propagates to the rows it reaches and nothing else, with either exp2 (found by
+// fuzz/api_args_fuzzer.cpp: the polynomial's exponent conversion of a NaN was undefined behaviour, which the
+// asan preset's UBSan reports).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "flash4/api.h"
+
+namespace flash4 {
+namespace {
+
+TEST(NanInputs, PropagateToTheirRowOnly) {
+  constexpr int64_t kSeq = 9, kDim = 16;
+  for (const Exp2Mode mode : {Exp2Mode::kExact, Exp2Mode::kPolynomial}) {
+    std::vector<float> q(kSeq * kDim, 0.25f), k(kSeq * kDim, 0.5f), v(kSeq * kDim, 1.0f), out(kSeq * kDim, 0.0f);
+    q[3 * kDim + 5] = std::numeric_limits<float>::quiet_NaN();  // query row 3
+    const Device cpu = Device::cpu();
+    ForwardArgs a;
+    a.q = make_view(q.data(), DType::kFloat32, cpu, 1, kSeq, 1, kDim);
+    a.k = make_view(k.data(), DType::kFloat32, cpu, 1, kSeq, 1, kDim);
+    a.v = make_view(v.data(), DType::kFloat32, cpu, 1, kSeq, 1, kDim);
+    a.out = make_view(out.data(), DType::kFloat32, cpu, 1, kSeq, 1, kDim);
+    a.tuning.exp2 = mode;
+    forward(a);
+    for (int64_t i = 0; i < kSeq; ++i)
+      for (int64_t c = 0; c < kDim; ++c) {
+        const float x = out[i * kDim + c];
+        if (i == 3) EXPECT_TRUE(std::isnan(x)) << "row " << i;
+        else EXPECT_NEAR(x, 1.0f, 1e-3f) << "row " << i;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace flash4
