@@ -17,6 +17,11 @@ struct ForwardResult {
 struct Gradients {
   std::vector<double> dq, dk, dv;  // shaped like q, k, v
   std::vector<double> dsink;       // (heads) when the problem has a learnable sink, else empty
+  // naive_backward only: a bound of what rounding the stored output O to the dtype does to dsink through
+  // D = rowsum(dO * O), max over heads of u * sum_i p_sink,i * sum_x |dO_ix| |O_ix| (u: the dtype's unit
+  // roundoff). dsink is a sum over every row of a head, so this bound, not the naive baseline's one random
+  // realization of it, is what a FlashAttention backward's dsink may differ by.
+  double dsink_rounding_bound = 0.0;
 };
 
 // reference::forward / backward (src/reference) returning vectors; `rows` as in reference::forward, rows not

@@ -132,6 +132,7 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
   g.dk.assign(k.size(), 0.0);
   g.dv.assign(v.size(), 0.0);
   std::vector<double> sink_partial(static_cast<size_t>(p.batch * p.heads), 0.0);
+  std::vector<double> sink_bound(static_cast<size_t>(p.batch * p.heads), 0.0);  // before the unit roundoff
   // One task per (batch, kv head): it owns dk/dv of that head and dq of the query heads that share it.
   parallel_for(p.batch * p.heads_kv, [&](int64_t bhk) {
     const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
@@ -142,14 +143,27 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
         const Row row = softmax_row(p, dtype, at, q.data() + qo, k.data(), b, h, i);
         const int64_t n = static_cast<int64_t>(row.prob.size());
         std::vector<double> dp(n);
-        double delta = 0.0;
         for (int64_t j = 0; j < n; ++j) {
           const double* vj = v.data() + at.v_row(kb, row.lo + j, hk);
           dp[j] = round_to_dtype(dot(dout.data() + oo, vj, d_v), dtype);
-          delta += row.prob[j] * dp[j];
         }
+        // D = rowsum(dO * O) from the output as the forward stored it (rounded to the dtype), as every
+        // FlashAttention backward computes it: the rounding of O is part of the algorithm's error, and where
+        // dP - D cancels (rows that see few keys) it dominates dS.
+        std::vector<double> o_row(static_cast<size_t>(d_v), 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          const double* vj = v.data() + at.v_row(kb, row.lo + j, hk);
+          for (int64_t x = 0; x < d_v; ++x) o_row[x] += row.prob[j] * vj[x];
+        }
+        for (double& x : o_row) x = round_to_dtype(x, dtype);
+        const double delta = dot(dout.data() + oo, o_row.data(), d_v);
         // The sink column's dS = P_sink * (0 - D): it carries no value, so its dP is 0.
-        if (p.learnable_sink) sink_partial[b * p.heads + h] += round_to_dtype(-row.sink_prob * delta, dtype);
+        if (p.learnable_sink) {
+          sink_partial[b * p.heads + h] += round_to_dtype(-row.sink_prob * delta, dtype);
+          double abs_dot = 0.0;
+          for (int64_t x = 0; x < d_v; ++x) abs_dot += std::abs(dout[oo + x] * o_row[x]);
+          sink_bound[b * p.heads + h] += row.sink_prob * abs_dot;
+        }
         for (int64_t j = 0; j < n; ++j) {
           const int64_t ko = at.k_row(kb, row.lo + j, hk), vo = at.v_row(kb, row.lo + j, hk);
           const double ds = round_to_dtype(row.prob[j] * (dp[j] - delta) * row.dscore[j], dtype);
@@ -170,6 +184,13 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads; ++h) g.dsink[h] += sink_partial[b * p.heads + h];
     for (double& x : g.dsink) x = static_cast<float>(x);  // dsink is fp32 in every API
+    const double u = dtype == DType::kBFloat16 ? 0x1p-8 : dtype == DType::kFloat16 ? 0x1p-11
+                   : dtype == DType::kFloat8E4M3 ? 0x1p-4 : 0x1p-24;  // unit roundoff of O's dtype
+    for (int64_t h = 0; h < p.heads; ++h) {
+      double bound = 0.0;
+      for (int64_t b = 0; b < p.batch; ++b) bound += sink_bound[b * p.heads + h];
+      g.dsink_rounding_bound = std::max(g.dsink_rounding_bound, u * bound);
+    }
   }
   return g;
 }
