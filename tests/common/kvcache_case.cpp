@@ -38,7 +38,7 @@ bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)
 // allowance of an fp32 rotation rounded to `dtype`.
 void rotate(const KvCacheCase& c, std::vector<double>& x, int64_t pos, const std::vector<double>& cos,
             const std::vector<double>& sin, std::vector<double>& bound) {
-  const int64_t half = c.cos.view().shape[1];
+  const int64_t half = (c.spec.rotary_dim ? c.spec.rotary_dim : c.spec.head_dim) / 2;
   const bool interleaved = c.spec.rotary == Rotary::kInterleaved;
   const double u = unit_roundoff(c.spec.dtype);
   for (int64_t i = 0; i < half; ++i) {
