@@ -49,14 +49,16 @@ struct KvCacheProblem {
   }
 
   // Whether q row i takes its rotary angle at cache_length + i (causal or windowed) or at cache_length.
-  FLASH4_HD bool rotary_q_per_row() const { return attention.has_mask(); }
+  FLASH4_HD bool rotary_q_per_row() const { return window().any(); }
   // Row of the cos / sin tables for position `pos` (clamped: device-resident lengths are not checked).
   FLASH4_HD int64_t rotary_row(int64_t pos) const { return pos < 0 ? 0 : pos > seqlen_ro - 1 ? seqlen_ro - 1 : pos; }
 
   // The mask inside sequence b (bottom-right aligned with its keys after the append).
   FLASH4_HD SequenceMask sequence_mask(int64_t b) const {
-    return SequenceMask::make(attention.mask(), attention.seqlen_q, seqlen_k(b));
+    return SequenceMask::make(window(), attention.seqlen_q, seqlen_k(b));
   }
+  // The call's mask (causal folded in). Problem's own accessors are host-only.
+  FLASH4_HD AttentionMask window() const { return {attention.window_left, attention.window_right}; }
 };
 
 }  // namespace flash4::detail
