@@ -4,9 +4,9 @@
 //   q        (batch, seqlen_q, heads, head_dim)                      out like q
 //   k_cache, v_cache  contiguous: (batch_cache, seqlen_cache, heads_kv, head_dim)
 //                     paged:      (num_pages, page_size, heads_kv, head_dim) with block_table
-//   block_table       int32 (batch, max_pages): sequence b's key position j lives in page block_table[b][j / page_size],
-//                     row j % page_size. Pages may lie anywhere in the pool, in any order; entries past the pages a
-//                     sequence uses are not read (padding such as -1 is fine there).
+//   block_table       int32 (batch, max_pages): sequence b's key position j lives in page
+//                     block_table[b][j / page_size], row j % page_size. Pages may lie anywhere in the pool, in
+//                     any order; entries past the pages a sequence uses are not read (padding such as -1 is fine).
 //   cache_seqlens     int32 (batch): keys already in sequence b's cache. Absent: every sequence has cache_seqlen
 //                     keys (-1 = the whole cache: seqlen_cache, or max_pages * page_size).
 //   cache_batch_idx   int32 (batch), contiguous caches only: sequence b uses cache row cache_batch_idx[b] (default b).

@@ -38,6 +38,7 @@ def flash_attn_with_kvcache(
     cache_seqlens + i (causal or windowed) or at cache_seqlens (otherwise); rotary_interleaved picks the
     pairs (0, 1), (2, 3), ... or GPT-NeoX's (i, i + rotary_dim / 2). cache_seqlens: int or int32 (batch,) keys
     already cached (None = the whole cache). cache_batch_idx: int32 (batch,) cache rows of a contiguous cache.
+    int64 index tensors are converted to int32.
     causal is aligned bottom-right (the queries are the last positions); window_size (left, right), -1 =
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
     by their LSE); learnable_sink: None or float32 (heads,). Returns out (like q) or (out, lse) with lse
@@ -60,6 +61,11 @@ def flash_attn_with_kvcache(
         seqlens, seqlen = None, int(cache_seqlens)
     else:
         seqlens, seqlen = cache_seqlens, -1
+    import torch
+
+    # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
+    as_int32 = lambda t: t.to(torch.int32) if t is not None and t.dtype == torch.int64 else t  # noqa: E731
+    seqlens, cache_batch_idx, block_table = as_int32(seqlens), as_int32(cache_batch_idx), as_int32(block_table)
     out, lse = _torch_kvcache.fwd_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), int(num_splits))

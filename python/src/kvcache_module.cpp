@@ -49,10 +49,10 @@ KvCacheArgs make_args(const KvCacheInputs& in, float softmax_scale, bool causal,
       {&in.rotary_sin, {&a.rotary_sin, {"rotary_sin", 2}}},
       {&in.cache_seqlens, {&a.cache_seqlens, {"cache_seqlens", kVectorRank}}},
       {&in.cache_batch_idx, {&a.cache_batch_idx, {"cache_batch_idx", kVectorRank}}},
-      {&in.block_table, {&a.block_table, {"block_table", 2}}},
       {&in.learnable_sink, {&a.learnable_sink, {"learnable_sink", kVectorRank}}}};
   for (const auto& [array, field] : optional)
     if (array->has_value()) *field.first = to_view(**array, field.second.first, field.second.second);
+  if (in.block_table.has_value()) a.block_table = to_index_view(*in.block_table, "block_table", 2);
   a.cache_seqlen = in.cache_seqlen;
   a.out = to_view(in.out, "out", kAttentionRank);
   if (in.lse.has_value()) a.lse = to_view(*in.lse, "lse", kLseRank);
@@ -74,14 +74,23 @@ void bind_kvcache(nb::module_& m) {
       [](const InArray& q, const OutArray& k_cache, const OutArray& v_cache, Opt k, Opt v, Opt rotary_cos,
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
-         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits,
-         uintptr_t stream) {
-        const KvCacheInputs in{q, k_cache, v_cache, std::move(k), std::move(v), std::move(rotary_cos),
-                               std::move(rotary_sin), std::move(cache_seqlens), cache_seqlen,
-                               std::move(cache_batch_idx), std::move(block_table), out, std::move(lse),
+         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, uintptr_t stream) {
+        const KvCacheInputs in{q,
+                               k_cache,
+                               v_cache,
+                               std::move(k),
+                               std::move(v),
+                               std::move(rotary_cos),
+                               std::move(rotary_sin),
+                               std::move(cache_seqlens),
+                               cache_seqlen,
+                               std::move(cache_batch_idx),
+                               std::move(block_table),
+                               out,
+                               std::move(lse),
                                std::move(learnable_sink)};
-        const KvCacheArgs a = make_args(in, softmax_scale, causal, window_left, window_right, softcap,
-                                        rotary_interleaved, num_splits);
+        const KvCacheArgs a =
+            make_args(in, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits);
         nb::gil_scoped_release no_gil;
         flash4::forward_kvcache(a, reinterpret_cast<Stream>(stream));
       },
@@ -96,12 +105,22 @@ void bind_kvcache(nb::module_& m) {
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
          int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits) {
-        const KvCacheInputs in{q, k_cache, v_cache, std::move(k), std::move(v), std::move(rotary_cos),
-                               std::move(rotary_sin), std::move(cache_seqlens), cache_seqlen,
-                               std::move(cache_batch_idx), std::move(block_table), out, std::move(lse),
+        const KvCacheInputs in{q,
+                               k_cache,
+                               v_cache,
+                               std::move(k),
+                               std::move(v),
+                               std::move(rotary_cos),
+                               std::move(rotary_sin),
+                               std::move(cache_seqlens),
+                               cache_seqlen,
+                               std::move(cache_batch_idx),
+                               std::move(block_table),
+                               out,
+                               std::move(lse),
                                std::move(learnable_sink)};
-        const Support s = flash4::can_implement(make_args(in, softmax_scale, causal, window_left, window_right,
-                                                          softcap, rotary_interleaved, num_splits));
+        const Support s = flash4::can_implement(
+            make_args(in, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits));
         return std::pair<bool, std::string>{s.ok, s.reason};
       },
       "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(), "rotary_cos"_a.none(), "rotary_sin"_a.none(),

@@ -16,7 +16,7 @@ namespace {
 
 using std::to_string;
 
-constexpr int64_t kMaxHeadDim = 256;     // the CPU path's rule for every entry point (src/api/validate.cpp)
+constexpr int64_t kMaxHeadDim = 256;  // the CPU path's rule for every entry point (src/api/validate.cpp)
 constexpr int64_t kHeadDimMultiple = 8;
 
 constexpr const char* kQDims[4] = {"batch", "seqlen_q", "heads", "head_dim"};
@@ -30,7 +30,8 @@ constexpr const char* kVectorDims[1] = {"n"};
 
 bool host(const TensorView& t) { return t.device.kind == DeviceKind::kCpu; }
 
-void check_like(const Checker& c, const TensorView& t, const char* name, const TensorView& like, const char* like_name) {
+void check_like(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
+                const char* like_name) {
   FLASH4_REQUIRE(c, t.dtype == like.dtype,
                  std::string(name) + ".dtype is " + dtype_name(t.dtype) + " but " + like_name + ".dtype is " +
                      dtype_name(like.dtype) + "; they must match");
@@ -77,8 +78,9 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   FLASH4_REQUIRE(c, s.heads % s.heads_kv == 0,
                  "q.shape[2] (heads) = " + to_string(s.heads) + " is not a multiple of k_cache.shape[2] (heads_kv) = " +
                      to_string(s.heads_kv) + "; GQA/MQA needs heads % heads_kv == 0");
-  FLASH4_REQUIRE(c, s.head_dim % kHeadDimMultiple == 0 && s.head_dim >= kHeadDimMultiple && s.head_dim <= kMaxHeadDim,
-                 "q.shape[3] (head_dim) = " + to_string(s.head_dim) + " but head_dim must be a multiple of 8 in [8, 256]");
+  FLASH4_REQUIRE(
+      c, s.head_dim % kHeadDimMultiple == 0 && s.head_dim >= kHeadDimMultiple && s.head_dim <= kMaxHeadDim,
+      "q.shape[3] (head_dim) = " + to_string(s.head_dim) + " but head_dim must be a multiple of 8 in [8, 256]");
 
   p.num_slots = a.k_cache.shape[0];
   p.page_size = a.k_cache.shape[1];
@@ -106,7 +108,7 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
                    "k_cache.shape[0] (batch_cache) = 0 but cache_batch_idx selects rows of it");
   }
   p.capacity = p.paged ? p.page_size * p.max_pages : p.page_size;  // no overflow: block_table's extent and page
-                                                                    // rows are bounded by int64 tensors
+                                                                   // rows are bounded by int64 tensors
   s.seqlen_k = p.capacity;
 
   FLASH4_REQUIRE(c, present(a.k) == present(a.v),
@@ -153,17 +155,18 @@ void check_scalars(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
                  "softmax_scale = " + to_string(a.softmax_scale) + " must be finite and >= 0 (0 = 1/sqrt(head_dim))");
   FLASH4_REQUIRE(c, std::isfinite(a.softcap) && a.softcap >= 0.0f,
                  "softcap = " + to_string(a.softcap) + " must be finite and >= 0 (0 = off)");
-  FLASH4_REQUIRE(c, a.window_left >= -1, "window_left = " + to_string(a.window_left) + " must be >= -1 (-1 = unbounded)");
+  FLASH4_REQUIRE(c, a.window_left >= -1,
+                 "window_left = " + to_string(a.window_left) + " must be >= -1 (-1 = unbounded)");
   FLASH4_REQUIRE(c, a.window_right >= -1,
                  "window_right = " + to_string(a.window_right) + " must be >= -1 (-1 = unbounded)");
-  FLASH4_REQUIRE(c, a.num_splits >= 0 && a.num_splits <= kMaxSplits,
-                 "num_splits = " + to_string(a.num_splits) + " must be in [0, " + to_string(kMaxSplits) +
-                     "] (0 = automatic)");
+  FLASH4_REQUIRE(
+      c, a.num_splits >= 0 && a.num_splits <= kMaxSplits,
+      "num_splits = " + to_string(a.num_splits) + " must be in [0, " + to_string(kMaxSplits) + "] (0 = automatic)");
   FLASH4_REQUIRE(c, a.cache_seqlen >= -1,
                  "cache_seqlen = " + to_string(a.cache_seqlen) + " must be >= -1 (-1 = the whole cache)");
   Problem& s = p.attention;
-  s.softmax_scale = a.softmax_scale != 0.0f ? a.softmax_scale
-                                            : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  s.softmax_scale =
+      a.softmax_scale != 0.0f ? a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   s.softcap = a.softcap;
   s.causal = a.causal;
   s.window_left = a.window_left;
@@ -181,8 +184,8 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
   const auto check_length = [&](int64_t n, const std::string& what) {
     FLASH4_REQUIRE(c, n >= 0, what + " = " + to_string(n) + " must be >= 0");
     FLASH4_REQUIRE(c, n <= room,
-                   what + " = " + to_string(n) + (p.seqlen_new > 0 ? " plus seqlen_new = " + to_string(p.seqlen_new)
-                                                                   : std::string()) +
+                   what + " = " + to_string(n) +
+                       (p.seqlen_new > 0 ? " plus seqlen_new = " + to_string(p.seqlen_new) : std::string()) +
                        " exceeds the cache's capacity " + capacity +
                        (p.seqlen_new > 0 ? "; the append would overflow the sequence's cache" : ""));
   };
@@ -193,8 +196,8 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
       for (int64_t b = 0; b < s.batch; ++b) check_length(p.cache_seqlens[b], "cache_seqlens[" + to_string(b) + "]");
   } else {
     p.cache_seqlen = a.cache_seqlen == -1 ? p.capacity : a.cache_seqlen;
-    if (s.batch > 0) check_length(p.cache_seqlen, a.cache_seqlen == -1 ? "cache_seqlen (-1: the whole cache)"
-                                                                          : "cache_seqlen");
+    if (s.batch > 0)
+      check_length(p.cache_seqlen, a.cache_seqlen == -1 ? "cache_seqlen (-1: the whole cache)" : "cache_seqlen");
   }
   if (present(a.cache_batch_idx)) {
     check_index_vector(c, a.cache_batch_idx, "cache_batch_idx", s.batch, a.q);
@@ -215,8 +218,9 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
       for (int64_t j = 0; j < pages; ++j) {
         FLASH4_REQUIRE(c, row[j] >= 0 && row[j] < p.num_slots,
                        "block_table[" + to_string(b) + "][" + to_string(j) + "] = " + to_string(row[j]) +
-                           " but must be in [0, " + to_string(p.num_slots) + ") (k_cache.shape[0], num_pages): sequence " +
-                           to_string(b) + " uses its first " + to_string(pages) + " pages");
+                           " but must be in [0, " + to_string(p.num_slots) +
+                           ") (k_cache.shape[0], num_pages): sequence " + to_string(b) + " uses its first " +
+                           to_string(pages) + " pages");
       }
     }
   }
@@ -250,12 +254,18 @@ void check_outputs(const Checker& c, const KvCacheArgs& a, const KvCacheProblem&
                    std::string("lse.dtype is ") + dtype_name(a.lse.dtype) + " but must be fp32");
     check_same_device(c, a.lse, "lse", a.q, "q");
     const int64_t expected[3] = {p.attention.batch, p.attention.heads, p.attention.seqlen_q};
-    for (int i = 0; i < 3; ++i) check_dim(c, a.lse, "lse", i, kLseDims, expected[i], "lse must be (batch, heads, seqlen_q)");
+    for (int i = 0; i < 3; ++i)
+      check_dim(c, a.lse, "lse", i, kLseDims, expected[i], "lse must be (batch, heads, seqlen_q)");
   }
-  const std::pair<const TensorView*, const char*> inputs[] = {
-      {&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.rotary_cos, "rotary_cos"}, {&a.rotary_sin, "rotary_sin"},
-      {&a.cache_seqlens, "cache_seqlens"}, {&a.cache_batch_idx, "cache_batch_idx"},
-      {&a.block_table, "block_table"}, {&a.learnable_sink, "learnable_sink"}};
+  const std::pair<const TensorView*, const char*> inputs[] = {{&a.q, "q"},
+                                                              {&a.k, "k"},
+                                                              {&a.v, "v"},
+                                                              {&a.rotary_cos, "rotary_cos"},
+                                                              {&a.rotary_sin, "rotary_sin"},
+                                                              {&a.cache_seqlens, "cache_seqlens"},
+                                                              {&a.cache_batch_idx, "cache_batch_idx"},
+                                                              {&a.block_table, "block_table"},
+                                                              {&a.learnable_sink, "learnable_sink"}};
   for (const auto& [in, name] : inputs) {
     check_no_overlap(c, a.out, "out", *in, name);
     if (has_lse) check_no_overlap(c, a.lse, "lse", *in, name);

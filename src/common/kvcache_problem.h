@@ -13,23 +13,23 @@
 namespace flash4::detail {
 
 struct KvCacheProblem {
-  Problem attention;            // batch, seqlen_q, heads, heads_kv, head_dim, scale, softcap, window, sink;
-                                // seqlen_k = capacity (keys a sequence can hold)
+  Problem attention;  // batch, seqlen_q, heads, heads_kv, head_dim, scale, softcap, window, sink;
+                      // seqlen_k = capacity (keys a sequence can hold)
   bool paged = false;
-  int64_t num_slots = 0;        // batch_cache (contiguous) or num_pages (paged): the caches' first dimension
-  int64_t page_size = 0;        // paged: rows per page; contiguous: seqlen_cache
-  int64_t max_pages = 1;        // paged: block_table.shape[1]
-  int64_t capacity = 0;         // keys a sequence can hold: seqlen_cache or max_pages * page_size
-  int64_t seqlen_new = 0;       // keys appended per sequence (0 without k, v)
+  int64_t num_slots = 0;                 // batch_cache (contiguous) or num_pages (paged): the caches' first dimension
+  int64_t page_size = 0;                 // paged: rows per page; contiguous: seqlen_cache
+  int64_t max_pages = 1;                 // paged: block_table.shape[1]
+  int64_t capacity = 0;                  // keys a sequence can hold: seqlen_cache or max_pages * page_size
+  int64_t seqlen_new = 0;                // keys appended per sequence (0 without k, v)
   const int* cache_seqlens = nullptr;    // (batch) or null: then every sequence has cache_seqlen keys
   int64_t cache_seqlen = 0;              // resolved (never -1)
   const int* cache_batch_idx = nullptr;  // (batch) or null = identity
   const int* block_table = nullptr;      // (batch, max_pages) rows block_table_stride apart
   int64_t block_table_stride = 0;
-  int64_t rotary_dim = 0;       // 0 = no rotary
-  int64_t seqlen_ro = 0;        // rows of the cos / sin tables
+  int64_t rotary_dim = 0;  // 0 = no rotary
+  int64_t seqlen_ro = 0;   // rows of the cos / sin tables
   bool rotary_interleaved = true;
-  int num_splits = 0;           // as requested (0 = automatic)
+  int num_splits = 0;  // as requested (0 = automatic)
 
   // Keys in sequence b's cache before the append, clamped so that the append fits: [0, capacity - seqlen_new].
   FLASH4_HD int64_t cache_length(int64_t b) const {

@@ -8,9 +8,9 @@
 
 namespace flash4::detail {
 
-inline constexpr int kMaxSplits = 128;               // partial results per row (the combine's bound)
-inline constexpr int64_t kMinKeysPerSplit = 256;     // fewer keys per part cost more in the combine than they gain
-inline constexpr double kSplitWaveEfficiency = 0.85; // the fewest splits within this fraction of the best waves
+inline constexpr int kMaxSplits = 128;                // partial results per row (the combine's bound)
+inline constexpr int64_t kMinKeysPerSplit = 256;      // fewer keys per part cost more in the combine than they gain
+inline constexpr double kSplitWaveEfficiency = 0.85;  // the fewest splits within this fraction of the best waves
 
 // Number of splits for `work_items` independent units of work (GPU: batch x heads_kv x query tiles with GQA
 // packing; CPU: batch x heads x query tiles) on `units` parallel workers (SMs, or CPU threads) with at most

@@ -14,9 +14,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Unit roundoff of a dtype: half the spacing of its values at 1.
-double unit_roundoff(DType t) {
-  return t == DType::kBFloat16 ? 0x1p-8 : t == DType::kFloat16 ? 0x1p-11 : 0x1p-24;
-}
+double unit_roundoff(DType t) { return t == DType::kBFloat16 ? 0x1p-8 : t == DType::kFloat16 ? 0x1p-11 : 0x1p-24; }
 
 struct Slot {
   int64_t slot, row;
@@ -61,7 +59,8 @@ std::string KvCaseSpec::name() const {
   if (cache_batch_idx) s += "_idx";
   if (rotary != Rotary::kNone) s += rotary == Rotary::kInterleaved ? "_rope" : "_neox";
   if (causal) s += "_causal";
-  if (window_left >= 0 || window_right >= 0) s += "_w" + std::to_string(window_left) + "," + std::to_string(window_right);
+  if (window_left >= 0 || window_right >= 0)
+    s += "_w" + std::to_string(window_left) + "," + std::to_string(window_right);
   if (softcap > 0) s += "_softcap";
   if (sink) s += "_sink";
   return s + "_splits" + std::to_string(num_splits);
@@ -111,7 +110,8 @@ KvCacheCase::KvCacheCase(const KvCaseSpec& s, Rng& rng)
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t j = 0; j < s.cache_lengths[b]; ++j)
         for (int64_t h = 0; h < s.heads_kv; ++h)
-          for (int64_t x = 0; x < s.head_dim; ++x) values[cache_index(cache->view(), slot_of(*this, b, j), h, x)] = rng.normal();
+          for (int64_t x = 0; x < s.head_dim; ++x)
+            values[cache_index(cache->view(), slot_of(*this, b, j), h, x)] = rng.normal();
     cache->assign(values);
   }
   initial_k_cache = k_cache.to_double();
@@ -165,9 +165,11 @@ KvCacheArgs KvCacheCase::args() const {
     a.cache_seqlens = make_view(const_cast<int32_t*>(cache_seqlens.data()), DType::kInt32, Device::cpu(), spec.batch);
   }
   if (spec.cache_batch_idx)
-    a.cache_batch_idx = make_view(const_cast<int32_t*>(cache_batch_idx.data()), DType::kInt32, Device::cpu(), spec.batch);
+    a.cache_batch_idx =
+        make_view(const_cast<int32_t*>(cache_batch_idx.data()), DType::kInt32, Device::cpu(), spec.batch);
   if (spec.page_size > 0)
-    a.block_table = make_view(const_cast<int32_t*>(block_table.data()), DType::kInt32, Device::cpu(), spec.batch, max_pages);
+    a.block_table =
+        make_view(const_cast<int32_t*>(block_table.data()), DType::kInt32, Device::cpu(), spec.batch, max_pages);
   a.out = out.view();
   a.lse = lse.view();
   if (spec.sink) a.learnable_sink = sink.view();
@@ -258,7 +260,8 @@ KvCacheArgs KvCacheCase::args() const {
     naive.out.insert(naive.out.end(), n.out.begin(), n.out.end());
     naive.lse.insert(naive.lse.end(), n.lse.begin(), n.lse.end());
   }
-  const ::testing::AssertionResult out = within_tolerance(s.name() + " out", c.out.to_double(), ref.out, naive.out, s.dtype);
+  const ::testing::AssertionResult out =
+      within_tolerance(s.name() + " out", c.out.to_double(), ref.out, naive.out, s.dtype);
   if (!out) return out;
   return within_tolerance(s.name() + " lse", c.lse.to_double(), ref.lse, naive.lse, DType::kFloat32);
 }

@@ -4,11 +4,11 @@
 // sequence, the reference and the naive baseline on the dense K/V gathered from that cache.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/host_tensor.h"
 #include "common/test_rng.h"
@@ -28,7 +28,7 @@ struct KvCaseSpec {
   bool cache_batch_idx = false;            // contiguous: sequences use shuffled cache rows
   bool scalar_length = false;              // pass cache_lengths[0] as cache_seqlen instead of cache_seqlens
   Rotary rotary = Rotary::kNone;
-  int64_t rotary_dim = 0;                  // 0 = head_dim
+  int64_t rotary_dim = 0;  // 0 = head_dim
   bool causal = false;
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;

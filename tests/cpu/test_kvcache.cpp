@@ -1,9 +1,9 @@
 // KV-cache attention on the CPU (flash4/kvcache.h) against the fp64 model of tests/common/kvcache_case.h: contiguous
 // and paged caches, append, cache_batch_idx, rotary, masks, GQA, sink, split counts.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/kvcache_case.h"
 
@@ -65,7 +65,7 @@ TEST(KvCache, Paged) {
     }));
   }
   run_case(with(spec(1, 1, 8, 1, {4097}), [](KvCaseSpec& s) { s.page_size = 16; }));  // MQA, 257 pages
-  run_case(with(spec(1, 2, 2, 1, {100003}), [](KvCaseSpec& s) {  // a long cache, automatic splits
+  run_case(with(spec(1, 2, 2, 1, {100003}), [](KvCaseSpec& s) {                       // a long cache, automatic splits
     s.page_size = 256;
     s.num_splits = 0;
     s.seqlen_new = 2;

@@ -1,11 +1,11 @@
 // The split-KV policy shared by the CPU and GPU paths: the split-count heuristic, the key ranges of the splits
 // (common/split_kv.h) and the LSE combine (common/lse_combine.h).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/lse_combine.h"
 #include "common/split_kv.h"
@@ -17,9 +17,9 @@ namespace {
 static_assert(choose_num_splits(132, 1024, 8192) == 1);  // enough work to fill the GPU without splitting
 
 TEST(SplitKv, HeuristicSplitsOnlyWhenWorkersIdle) {
-  EXPECT_EQ(choose_num_splits(132, 132, 65536), 1);   // every SM busy
-  EXPECT_EQ(choose_num_splits(132, 8, 100), 1);       // too few keys to split
-  EXPECT_EQ(choose_num_splits(1, 1, 65536), 1);       // one worker
+  EXPECT_EQ(choose_num_splits(132, 132, 65536), 1);  // every SM busy
+  EXPECT_EQ(choose_num_splits(132, 8, 100), 1);      // too few keys to split
+  EXPECT_EQ(choose_num_splits(1, 1, 65536), 1);      // one worker
   for (int64_t items : {1, 2, 8, 32, 64}) {
     for (int64_t keys : {1024, 8192, 65536, 1 << 20}) {
       const int s = choose_num_splits(132, items, keys);
@@ -75,7 +75,8 @@ TEST(LseCombine, MatchesTheWholeRow) {
       lse.push_back(sum > 0 ? static_cast<float>(std::log(sum)) : -std::numeric_limits<float>::infinity());
       out.push_back(sum > 0 ? static_cast<float>(o / sum) : 0.0f);
     }
-    const float merged = combined_lse(lse.data(), static_cast<int64_t>(lse.size()), 1, with_sink, static_cast<float>(sink));
+    const float merged =
+        combined_lse(lse.data(), static_cast<int64_t>(lse.size()), 1, with_sink, static_cast<float>(sink));
     double o = 0.0;
     for (size_t p = 0; p < lse.size(); ++p) o += combine_weight(lse[p], merged) * out[p];
     const double total = whole_sum + (with_sink ? std::exp(sink) : 0.0);

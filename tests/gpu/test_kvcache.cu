@@ -35,9 +35,18 @@ __host__ __device__ void policy_values(const detail::KvCacheProblem& p, int64_t 
   float x[4] = {1.0f, 2.0f, 3.0f, 4.0f};
   const float c[2] = {0.5f, -0.25f}, s[2] = {0.75f, 0.125f};
   detail::apply_rotary(x, c, s, 4, b % 2 == 0);
-  const float values[kValues] = {float(p.cache_length(b)), float(first.slot), float(first.row), float(last.slot),
-                                 float(last.row),        float(lo),         float(hi),        m,
-                                 detail::combine_weight(lse[1], m), x[0], x[3], float(p.rotary_row(p.seqlen_k(b)))};
+  const float values[kValues] = {float(p.cache_length(b)),
+                                 float(first.slot),
+                                 float(first.row),
+                                 float(last.slot),
+                                 float(last.row),
+                                 float(lo),
+                                 float(hi),
+                                 m,
+                                 detail::combine_weight(lse[1], m),
+                                 x[0],
+                                 x[3],
+                                 float(p.rotary_row(p.seqlen_k(b)))};
   for (int i = 0; i < kValues; ++i) out[i] = values[i];
 }
 
@@ -90,10 +99,11 @@ TEST(KvCacheGpu, PolicyOnDeviceMatchesHost) {
     float host[kValues];
     policy_values(on_host, b, lse.data(), host);
     for (int i = 0; i < kValues; ++i)
-      EXPECT_NEAR(device[b * kValues + i], host[i], 1e-6f * (1.0f + std::abs(host[i]))) << "sequence " << b << " value " << i;
-    EXPECT_GE(host[0], 0.0f);                        // cache length clamped to [0, capacity - seqlen_new]
+      EXPECT_NEAR(device[b * kValues + i], host[i], 1e-6f * (1.0f + std::abs(host[i])))
+          << "sequence " << b << " value " << i;
+    EXPECT_GE(host[0], 0.0f);  // cache length clamped to [0, capacity - seqlen_new]
     EXPECT_LE(host[0], 46.0f);
-    EXPECT_TRUE(host[1] >= 0 && host[1] < 8);        // pages clamped into the pool
+    EXPECT_TRUE(host[1] >= 0 && host[1] < 8);  // pages clamped into the pool
     EXPECT_TRUE(host[3] >= 0 && host[3] < 8);
   }
 }

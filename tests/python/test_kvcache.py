@@ -147,6 +147,12 @@ def test_masks_softcap_sink_gqa_splits():
         c.check(*c.run(num_splits=splits))
 
 
+def test_int64_indices_are_converted():
+    c = Case(2, 1, 2, 1, [7, 30], seqlen_new=1, page_size=16)
+    c.cache_seqlens, c.block_table = c.cache_seqlens.long(), c.block_table.long()
+    c.check(*c.run())
+
+
 def test_int_cache_seqlens_and_no_lse():
     c = Case(2, 1, 2, 1, [12, 12], seqlen_new=1)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
@@ -189,10 +195,13 @@ def test_bad_arguments_write_nothing():
                                        block_table=bad)
     with pytest.raises(ValueError, match="the append would overflow"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v,
-                                       cache_seqlens=torch.tensor([5, 64], dtype=torch.int32), block_table=c.block_table)
-    with pytest.raises(TypeError, match="cache_seqlens.dtype"):
-        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens.long(),
+                                       cache_seqlens=torch.tensor([5, 80], dtype=torch.int32), block_table=c.block_table)
+    with pytest.raises(TypeError, match="cache_seqlens.dtype is fp32 but must be int32"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens.float(),
                                        block_table=c.block_table)
+    with pytest.raises(ValueError, match="cache_batch_idx is set with block_table"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
+                                       cache_batch_idx=c.cache_seqlens, block_table=c.block_table)
     with pytest.raises(NotImplementedError, match="cache_leftpad"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_leftpad=c.cache_seqlens)
     assert torch.equal(c.k_cache, before)
