@@ -61,7 +61,8 @@ class Case:
         else:
             self.block_table = None
             rows = batch + 2 if cache_batch_idx else batch
-            self.cache_batch_idx = torch.randperm(rows, generator=g)[:batch].to(torch.int32) if cache_batch_idx else None
+            perm = torch.randperm(rows, generator=g)[:batch].to(torch.int32)
+            self.cache_batch_idx = perm if cache_batch_idx else None
             shape = (rows, max_keys + 3, heads_kv, head_dim)
         self.k_cache, self.v_cache = rnd(*shape), rnd(*shape)
         self.page_size = page_size
@@ -194,8 +195,9 @@ def test_bad_arguments_write_nothing():
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
                                        block_table=bad)
     with pytest.raises(ValueError, match="the append would overflow"):
-        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v,
-                                       cache_seqlens=torch.tensor([5, 80], dtype=torch.int32), block_table=c.block_table)
+        too_long = torch.tensor([5, 80], dtype=torch.int32)  # 80 + 1 new key > 5 pages of 16
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=too_long,
+                                       block_table=c.block_table)
     with pytest.raises(TypeError, match="cache_seqlens.dtype is fp32 but must be int32"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens.float(),
                                        block_table=c.block_table)
