@@ -2,12 +2,14 @@
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...]
-//                     [--host]
+//                     [--host] [--varlen]
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
 //   --candidates: at every seqlen, other tile shapes and launch modes for the tile table (compiled here only).
 //   --host: host microseconds per call of forward / backward on a tiny problem and of their parts (host_costs.cuh).
+//   --varlen: packed batches (lengths 128..4096, 16k tokens) and the learnable sink, forward and backward, beside
+//             the dense batch of the same FLOPs (varlen_bench.cuh).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -271,9 +273,11 @@ std::vector<Variant> tile_candidates(const Shape&) { return {}; }
 
 }  // namespace
 
+#include "varlen_bench.cuh"
+
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
-  bool ablation = false, backward = false, candidates = false, host = false;
+  bool ablation = false, backward = false, candidates = false, host = false, varlen = false;
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
   for (int i = 1; i < argc; ++i) {
@@ -298,6 +302,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--candidates")) candidates = true;
     else if (!std::strcmp(argv[i], "--backward")) backward = true;
     else if (!std::strcmp(argv[i], "--host")) host = true;
+    else if (!std::strcmp(argv[i], "--varlen")) varlen = true;
+  }
+  if (varlen) {
+    varlen_bench::run(iters);
+    return 0;
   }
   if (host) {
     const Inputs tiny(Shape{1, 128, 2, 64, true});

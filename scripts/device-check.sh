@@ -19,6 +19,8 @@
 #            alternating build order; table by bench/ab_table.py, JSON lines in DIR/ab.jsonl
 #   ab-src - builds the benchmark of every carried source tree devsrc/<tag> (other commits or kernel variants,
 #            bf16 kernels only, in parallel) into devbin/old/flash4_bench_<tag>, for the ab stage that follows
+#   varlen - packed batches and the learnable sink against the dense batch of the same FLOPs (flash4_bench
+#            --varlen), JSON lines in DIR/varlen.jsonl
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
@@ -199,6 +201,10 @@ PY
       done
       summary+=("A/B: $(wc -l <"$OUT/ab.jsonl") timings")
       python3 bench/ab_table.py "$OUT/ab.jsonl" --old "${AB_OLD:-old}" | tee "$OUT/ab-table.txt"
+      ;;
+    varlen)
+      timeout "${AB_LIMIT_S:-300}" "$BUILD_DIR/bench/flash4_bench" --varlen --iters 20 >"$OUT/varlen.jsonl" 2>"$OUT/varlen.err"
+      summary+=("varlen: rc=$? $(wc -l <"$OUT/varlen.jsonl") timings")
       ;;
     ab-src)
       mkdir -p devbin/old

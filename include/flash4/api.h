@@ -1,14 +1,20 @@
 // flash4 public API: exact attention forward and backward (FlashAttention-4 algorithm), on the CPU or on
 // Hopper GPUs. Conventions follow FlashAttention 2/3/4:
-//   q    (batch, seqlen_q, heads,    head_dim)      out like q
-//   k, v (batch, seqlen_k, heads_kv, head_dim)      heads % heads_kv == 0 (GQA / MQA)
+//   q    (batch, seqlen_q, heads,    head_dim)      out (batch, seqlen_q, heads,    head_dim_v)
+//   k    (batch, seqlen_k, heads_kv, head_dim)      v   (batch, seqlen_k, heads_kv, head_dim_v)
 //   lse  (batch, heads, seqlen_q) fp32, natural log; -inf for a fully masked row (whose out is 0)
+// heads % heads_kv == 0 (GQA / MQA). head_dim and head_dim_v are multiples of 8 in [8, 256]; head_dim_v (v's
+// and out's last dimension, also dout's and dv's in the backward) may differ from head_dim (q's and k's), as in
+// DeepSeek's multi-head latent attention (192, 128); the default softmax_scale is 1/sqrt(head_dim). The CPU runs
+// every such pair; the Hopper kernels take head_dim == head_dim_v in {64, 128, 256}, and can_implement gives
+// the reason for anything else.
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
 // the score s = q.k * softmax_scale by c * tanh(s / c). C callers: flash4/c_api.h.
 //
 // Variable-length (packed) batches, set cu_seqlens_q and cu_seqlens_k (both or neither):
-//   q, out (total_q, heads, head_dim)   k, v (total_k, heads_kv, head_dim)   lse (heads, total_q) fp32
+//   q (total_q, heads, head_dim)   k (total_k, heads_kv, head_dim)   lse (heads, total_q) fp32
+//   out (total_q, heads, head_dim_v)   v (total_k, heads_kv, head_dim_v)
 //   cu_seqlens_q/k int32 (batch + 1), contiguous, on the tensors' device: segment b's queries are rows
 //   cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (the same for keys); max_seqlen_q/k bound the segment lengths
 //   (>= 1 when the packed tensor has rows; 0 is allowed only for an empty one). Masks are per segment (causal
@@ -16,9 +22,14 @@
 //   queries / keys of entry b take part. Rows that take part in no segment get out = 0 and lse = -inf in the
 //   forward and zero gradients in the backward.
 //   Host-resident offsets (CPU tensors) are checked exactly: cu[0] == 0, non-decreasing, cu[batch] <= total,
-//   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host (that
-//   would need a synchronisation): the kernels clamp offsets to [0, total] and lengths to the maxima and to the
-//   tensor's end, so bad values give wrong results but never an out-of-bounds access. (Python's opt-in host
+//   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host by
+//   validation (that would need a synchronisation): offsets are clamped to [0, total] and lengths to the maxima
+//   and to the tensor's end, so bad values give wrong results but never an out-of-bounds access. The GPU forward
+//   reads them on the device; the GPU backward of a packed or seqused batch runs one dense backward per sequence
+//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture).
+//   The GPU forward reads whole 64..128-key tiles: keys of the tile past a sequence's used keys (past seqused_k,
+//   or rows after cu_seqlens_k[batch]) get probability 0 but are read, so they must hold finite values (a NaN or
+//   inf there would turn 0 * v into NaN); the rows of the next sequence always do. (Python's opt-in host
 //   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
 //   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
@@ -26,6 +37,11 @@
 // includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,
 // optional) receives d loss / d sink[h] = -sum over rows i of head h of exp(sink[h] - lse_i) * rowsum(dO_i * O_i),
 // overwritten, not accumulated.
+// FP8 forward: q, k, v all DType::kFloat8E4M3 ("float8_e4m3fn"), out bf16 or fp16 (its dtype picks the output
+// type), lse fp32. q_descale / k_descale / v_descale (fp32 (batch, heads_kv), optional, 1 when not given; packed:
+// batch = the number of segments) give the real inputs: q[b, i, h, :] * q_descale[b, h / (heads / heads_kv)],
+// k[b, j, hk, :] * k_descale[b, hk], v likewise. The backward takes no FP8. CPU: dequantize, then the same
+// algorithm in fp32; the Hopper kernels do not run FP8 yet (can_implement says so).
 #pragma once
 
 #include <string>
@@ -53,7 +69,7 @@ struct ForwardArgs {
   TensorView q, k, v;
   TensorView out;
   TensorView lse;               // optional: leave data == nullptr and shape zero to skip
-  float softmax_scale = 0.0f;   // 0 means 1/sqrt(head_dim)
+  float softmax_scale = 0.0f;   // 0 means 1/sqrt(head_dim) (q's and k's head_dim)
   bool causal = false;
   int window_left = -1;         // -1 = unbounded
   int window_right = -1;
@@ -64,11 +80,13 @@ struct ForwardArgs {
   TensorView seqused_q, seqused_k;        // int32 (batch), rank 1
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // packed: upper bounds of the segment lengths
   TensorView learnable_sink;              // fp32 (heads), rank 1
+  // FP8 descale factors (see the header comment); only with float8_e4m3fn q, k, v.
+  TensorView q_descale, k_descale, v_descale;  // fp32 (batch, heads_kv), rank 2
 };
 
 struct BackwardArgs {
   TensorView dout, q, k, v, out, lse;  // lse as produced by forward (required)
-  TensorView dq, dk, dv;               // outputs, same shapes and dtypes as q, k, v
+  TensorView dq, dk, dv;               // outputs, same shapes and dtypes as q, k, v (dout like out)
   float softmax_scale = 0.0f;
   bool causal = false;
   int window_left = -1;

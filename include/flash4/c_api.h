@@ -25,7 +25,8 @@ typedef enum flash4_dtype {
   FLASH4_FLOAT32 = 0,
   FLASH4_FLOAT16 = 1,
   FLASH4_BFLOAT16 = 2,
-  FLASH4_INT32 = 3 /* index tensors only: cu_seqlens, seqused */
+  FLASH4_INT32 = 3, /* index tensors only: cu_seqlens, seqused */
+  FLASH4_FLOAT8_E4M3 = 4 /* float8_e4m3fn: the forward's q, k, v (out bf16 or fp16), see flash4/api.h */
 } flash4_dtype;
 
 /* Values of flash4_tensor.device_kind (those of flash4::DeviceKind). */
@@ -52,7 +53,7 @@ typedef struct flash4_tensor {
 
 /* flash4::ForwardArgs. Boolean fields are 0 or 1. Start from flash4_forward_args_init for the defaults. */
 typedef struct flash4_forward_args {
-  flash4_tensor q, k, v, out;
+  flash4_tensor q, k, v, out; /* v and out may have a head_dim of their own (head_dim_v, see flash4/api.h) */
   flash4_tensor lse;   /* optional: data NULL and shape all 0 to skip */
   float softmax_scale; /* 0 means 1/sqrt(head_dim) */
   int32_t causal;
@@ -65,12 +66,13 @@ typedef struct flash4_forward_args {
   flash4_tensor seqused_q, seqused_k;       /* int32 (batch) */
   int64_t max_seqlen_q, max_seqlen_k;
   flash4_tensor learnable_sink; /* fp32 (heads) */
+  flash4_tensor q_descale, k_descale, v_descale; /* FP8 only, optional: fp32 (batch, heads_kv) */
 } flash4_forward_args;
 
 /* flash4::BackwardArgs. Start from flash4_backward_args_init for the defaults. */
 typedef struct flash4_backward_args {
   flash4_tensor dout, q, k, v, out, lse; /* lse as produced by the forward (required) */
-  flash4_tensor dq, dk, dv;              /* outputs, same shapes and dtypes as q, k, v */
+  flash4_tensor dq, dk, dv;              /* outputs, same shapes and dtypes as q, k, v (dout like out) */
   float softmax_scale;
   int32_t causal;
   int32_t window_left, window_right;

@@ -7,11 +7,15 @@
 
 namespace flash4 {
 
-// kInt32 is for index tensors only (cu_seqlens, seqused); attention tensors are fp32 / fp16 / bf16.
-enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3 };
+// kInt32 is for index tensors only (cu_seqlens, seqused); attention tensors are fp32 / fp16 / bf16, and the
+// forward's q, k, v may be kFloat8E4M3 (OCP FP8 E4M3, "float8_e4m3fn": 4 exponent bits, 3 mantissa bits, no
+// infinities, largest finite 448) with per-(batch, kv head) descale factors (flash4/api.h).
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3, kFloat8E4M3 = 4 };
 
 // Size of one element in bytes.
-constexpr int dtype_size(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 2; }
+constexpr int dtype_size(DType t) {
+  return t == DType::kFloat32 || t == DType::kInt32 ? 4 : t == DType::kFloat8E4M3 ? 1 : 2;
+}
 const char* dtype_name(DType t);
 
 enum class DeviceKind : int { kCpu = 0, kCuda = 1 };

@@ -114,7 +114,8 @@ def flash_attn_func(
 ):
     """Exact attention, keyword-compatible with flash-attn's flash_attn_func.
 
-    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads % heads_kv == 0.
+    q: (batch, seqlen_q, heads, head_dim); k: (batch, seqlen_k, heads_kv, head_dim); v: (batch, seqlen_k, heads_kv,
+    head_dim_v), heads % heads_kv == 0; head_dim_v, taken from v, may differ from head_dim (e.g. 192 and 128).
     softmax_scale: None (or 0) = 1/sqrt(head_dim). causal: bottom-right aligned. window_size: (left, right), -1 =
     unbounded. softcap: 0 = off. deterministic: bit-identical gradients. return_lse (or flash-attn's
     return_attn_probs): also return the log-sum-exp (batch, heads, seqlen_q), float32, natural log.
@@ -123,7 +124,7 @@ def flash_attn_func(
 
     torch tensors (CPU or CUDA): differentiable, runs on the current CUDA stream, traceable by torch.compile.
     Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
-    arrays. Returns out (like q) or (out, lse).
+    arrays. Returns out (like q, with v's head dim) or (out, lse).
     """
     if dropout_p != 0.0:
         raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
@@ -137,9 +138,9 @@ def flash_attn_func(
 
     shape = check_attention_shape(q, "q")
     check_attention_shape(k, "k")
-    check_attention_shape(v, "v")
+    v_shape = check_attention_shape(v, "v")
     batch, seqlen_q, heads, _ = shape
-    out = _empty(q, shape)
+    out = _empty(q, shape[:3] + v_shape[3:])  # v's head dim
     lse = _empty(q, (batch, heads, seqlen_q), float32=True)
     _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, learnable_sink=learnable_sink)
     return (out, lse) if want_lse else out
@@ -170,7 +171,8 @@ def flash_attn_varlen_func(
     """Exact attention over a packed batch of sequences of different lengths, keyword-compatible with
     flash-attn's flash_attn_varlen_func.
 
-    q: (total_q, heads, head_dim); k, v: (total_k, heads_kv, head_dim). cu_seqlens_q / cu_seqlens_k: int32
+    q: (total_q, heads, head_dim); k: (total_k, heads_kv, head_dim); v: (total_k, heads_kv, head_dim_v), out
+    (total_q, heads, head_dim_v). cu_seqlens_q / cu_seqlens_k: int32
     (batch + 1,) running offsets, cu[0] = 0 (int64 torch tensors are converted): sequence b is rows
     cu[b] .. cu[b + 1] - 1. max_seqlen_q / max_seqlen_k: ints bounding the lengths. Masks apply per sequence
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
@@ -196,7 +198,7 @@ def flash_attn_varlen_func(
     if shape is None or len(shape) != 3:
         raise ValueError(f"q must have 3 dimensions (total_q, heads, head_dim), got shape {shape}")
     total_q, heads, _ = shape
-    out = _empty(q, tuple(shape))
+    out = _empty(q, tuple(shape[:2]) + tuple(getattr(v, "shape", shape)[-1:]))  # v's head dim
     lse = _empty(q, (heads, total_q), float32=True)
     _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, cu_seqlens_q=cu_seqlens_q,
                cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=int(max_seqlen_q),
@@ -219,7 +221,7 @@ def forward(
     exp2="auto",
     conditional_rescale=True,
 ):
-    """Low-level forward into preallocated `out` (like q) and optional `lse` ((batch, heads, seqlen_q) float32),
+    """Low-level forward into preallocated `out` (like q, with v's head dim) and optional `lse` ((batch, heads, seqlen_q) float32),
     for any DLPack arrays. No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
     CUDA tensors, else the default stream. exp2 ("auto", "exact", "polynomial") and conditional_rescale are
     the library's tuning knobs, for ablations."""
@@ -249,7 +251,7 @@ def backward(
     deterministic=False,
     stream=None,
 ):
-    """Low-level backward into preallocated dq, dk, dv (like q, k, v), for any DLPack arrays. `out` and `lse`
+    """Low-level backward into preallocated dq, dk, dv (like q, k, v; dout like out), for any DLPack arrays. `out` and `lse`
     are the forward's results for the same options."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     stream = _stream_for(q, stream)
@@ -275,19 +277,20 @@ def can_implement(
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     shape = check_attention_shape(q, "q")
     check_attention_shape(k, "k")
-    check_attention_shape(v, "v")
+    v_shape = check_attention_shape(v, "v")
     batch, seqlen_q, heads, _ = shape
     if _is_torch_tensor(q):
         import torch
 
         empty_like = lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device)  # noqa: E731
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+        out = torch.empty(shape[:3] + v_shape[3:], dtype=q.dtype, device=q.device)
     else:
         empty_like = lambda t: _empty(t, tuple(t.shape))  # noqa: E731
         lse = _empty(q, (batch, heads, seqlen_q), float32=True)
-    out = empty_like(q)
+        out = _empty(q, shape[:3] + v_shape[3:])
     if backward:
-        arrays = _exported(empty_like(q), q, k, v, out, lse, empty_like(q), empty_like(k), empty_like(v))
+        arrays = _exported(empty_like(out), q, k, v, out, lse, empty_like(q), empty_like(k), empty_like(v))
         ok, reason = _C.can_implement_backward(*arrays, scale, bool(causal), left, right, cap, bool(deterministic))
     else:
         ok, reason = _C.can_implement_forward(*_exported(q, k, v, out, lse), scale, bool(causal), left, right, cap)

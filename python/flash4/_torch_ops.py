@@ -56,9 +56,14 @@ def _lse_shape(q, cu_seqlens_q):
     return (batch, heads, seqlen_q)
 
 
+def _out_shape(q, v):
+    """out is q's shape with v's head dim (which may differ from q's: head_dim_v)."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
 def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq=_NO_SEQUENCES):
     """out, lse of the library's forward, allocated here (the body of flash4::fwd and of _EagerAttention)."""
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, seq[0]), dtype=torch.float32, device=q.device)
     # The library switches to q's device for the call itself; the outputs are allocated there explicitly.
     _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
@@ -119,7 +124,7 @@ def fwd(
 @fwd.register_fake
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, cu_seqlens_q=None,
               cu_seqlens_k=None, seqused_q=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, learnable_sink=None):
-    out = q.new_empty(q.shape)
+    out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse
 

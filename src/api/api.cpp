@@ -56,21 +56,9 @@ Support unsupported_on_cuda(Support s, const char* entry_point) {
   return s;
 }
 
-// ---- GPU backward feature gate: delete this function and its use in cuda_can below when the Hopper backward
-// runs packed batches (cu_seqlens) and seqused. ----
-Support cuda_sequence_features(const detail::Problem& p) {
-  if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr)
-    return {false, "variable-length batches (cu_seqlens, seqused) are not yet supported by the GPU backward; the "
-                   "GPU forward and the CPU path support them"};
-  return {};
-}
-
-// What the CUDA backend can run (for the backward, the gate above first).
+// What the CUDA backend can run.
 Support cuda_can(const ForwardArgs& args, const detail::Problem& p) { return detail::cuda_can_forward(args, p); }
-Support cuda_can(const BackwardArgs& args, const detail::Problem& p) {
-  if (const Support s = cuda_sequence_features(p); !s.ok) return s;
-  return detail::cuda_can_backward(args, p);
-}
+Support cuda_can(const BackwardArgs& args, const detail::Problem& p) { return detail::cuda_can_backward(args, p); }
 
 // Whether the CPU backend must see the call even when it has no (query, key) pair: only the backend knows which
 // rows of a packed or seqused batch are covered, and a sink gives key-less rows a finite LSE.

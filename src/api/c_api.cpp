@@ -18,7 +18,8 @@ static_assert(FLASH4_STATUS_OK == static_cast<int>(Status::kOk) &&
 static_assert(FLASH4_FLOAT32 == static_cast<int>(DType::kFloat32) &&
               FLASH4_FLOAT16 == static_cast<int>(DType::kFloat16) &&
               FLASH4_BFLOAT16 == static_cast<int>(DType::kBFloat16) &&
-              FLASH4_INT32 == static_cast<int>(DType::kInt32));
+              FLASH4_INT32 == static_cast<int>(DType::kInt32) &&
+              FLASH4_FLOAT8_E4M3 == static_cast<int>(DType::kFloat8E4M3));
 static_assert(FLASH4_DEVICE_CPU == static_cast<int>(DeviceKind::kCpu) &&
               FLASH4_DEVICE_CUDA == static_cast<int>(DeviceKind::kCuda));
 static_assert(FLASH4_EXP2_AUTO == static_cast<int>(Exp2Mode::kAuto) &&
@@ -105,6 +106,9 @@ ForwardArgs to_cpp(const flash4_forward_args& a) {
   f.tuning.exp2 = static_cast<Exp2Mode>(a.exp2_mode);
   f.tuning.conditional_rescale = a.conditional_rescale != 0;
   sequences_to_cpp(a, f);
+  f.q_descale = to_view(a.q_descale);
+  f.k_descale = to_view(a.k_descale);
+  f.v_descale = to_view(a.v_descale);
   return f;
 }
 
@@ -154,7 +158,7 @@ void flash4_forward_args_init(flash4_forward_args* args) {
   args->window_right = d.window_right;
   args->softcap = d.softcap;
   for (flash4_tensor* t : {&args->cu_seqlens_q, &args->cu_seqlens_k, &args->seqused_q, &args->seqused_k,
-                           &args->learnable_sink})
+                           &args->learnable_sink, &args->q_descale, &args->k_descale, &args->v_descale})
     *t = empty;
   args->exp2_mode = static_cast<int32_t>(d.tuning.exp2);
   args->conditional_rescale = d.tuning.conditional_rescale;

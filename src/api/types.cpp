@@ -12,6 +12,7 @@ const char* dtype_name(DType t) {
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
     case DType::kInt32: return "int32";
+    case DType::kFloat8E4M3: return "float8_e4m3fn";
   }
   return "invalid dtype";
 }

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "api/backends.h"
 #include "api/checker.h"
+#include "api/validate_fp8.h"
 #include "api/validate_sequences.h"
 
 namespace flash4::detail {
@@ -42,7 +44,8 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
       c, t.rank == rank,
       std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
   const int dtype = static_cast<int>(t.dtype);
-  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= 3, std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
+  FLASH4_REQUIRE(c, dtype >= 0 && dtype <= static_cast<int>(DType::kFloat8E4M3),
+                 std::string(name) + ".dtype has invalid value " + std::to_string(dtype));
   const int kind = static_cast<int>(t.device.kind);
   FLASH4_REQUIRE(c, kind == 0 || kind == 1,
                  std::string(name) + ".device.kind has invalid value " + std::to_string(kind));
@@ -116,14 +119,28 @@ namespace {
 // Dimension names of an attention tensor (q, k, v, out and their gradients) in the call's layout.
 const char* const* attention_dims(bool packed) { return packed ? kPackedDimNames : kDimNames; }
 
+// The first `count` dimensions (all when -1) of t equal like's.
 void check_same_shape(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
-                      const char* like_name, const char* const* dims) {
-  for (int i = 0; i < like.rank; ++i) {
+                      const char* like_name, const char* const* dims, int count = -1) {
+  for (int i = 0; i < (count < 0 ? like.rank : count); ++i) {
     FLASH4_REQUIRE(c, t.shape[i] == like.shape[i],
                    dim_label(name, i, dims) + " = " + std::to_string(t.shape[i]) + " but " + like_name +
                        ".shape[" + std::to_string(i) + "] = " + std::to_string(like.shape[i]) + "; " + name +
                        " must have the shape of " + like_name);
   }
+}
+
+// t has like's shape except its last dimension (head_dim), which is last_like's: out and dout take v's head_dim
+// and q's other sizes, so that v and out may have a head_dim of their own.
+void check_shape_with_head_dim_of(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
+                                  const char* like_name, const TensorView& last_like, const char* last_like_name,
+                                  const char* const* dims) {
+  const int hd = like.rank - 1;
+  check_same_shape(c, t, name, like, like_name, dims, hd);
+  FLASH4_REQUIRE(c, t.shape[hd] == last_like.shape[hd],
+                 dim_label(name, hd, dims) + " = " + std::to_string(t.shape[hd]) + " but " + last_like_name +
+                     ".shape[" + std::to_string(hd) + "] = " + std::to_string(last_like.shape[hd]) + "; " + name +
+                     "'s head_dim must be " + last_like_name + "'s");
 }
 
 void check_same_dtype(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
@@ -161,7 +178,8 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
   check_tensor(c, q, "q", rank, dims);
   check_tensor(c, k, "k", rank, dims);
   check_tensor(c, v, "v", rank, dims);
-  FLASH4_REQUIRE(c, q.dtype != DType::kInt32, "q.dtype is int32 but must be fp32, fp16 or bf16");
+  FLASH4_REQUIRE(c, q.dtype != DType::kInt32,
+                 "q.dtype is int32 but must be fp32, fp16 or bf16 (or float8_e4m3fn in the forward)");
   check_same_dtype(c, k, "k", q, "q");
   check_same_dtype(c, v, "v", q, "q");
   check_same_device(c, k, "k", q, "q");
@@ -173,11 +191,12 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
   }
   FLASH4_REQUIRE(c, k.shape[hd] == q.shape[hd],
                  "k.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(k.shape[hd]) + " but q.shape[" +
-                     std::to_string(hd) + "] = " + std::to_string(q.shape[hd]) + "; q, k, v must share head_dim");
-  check_same_shape(c, v, "v", k, "k", dims);
+                     std::to_string(hd) + "] = " + std::to_string(q.shape[hd]) + "; q and k must share head_dim");
+  check_same_shape(c, v, "v", k, "k", dims, hd);  // v's head_dim may differ from k's (checked below)
 
   p.heads = q.shape[hh];
   p.head_dim = q.shape[hd];
+  p.head_dim_v = v.shape[hd];
   p.heads_kv = k.shape[hh];
   if (packed) {
     p.total_q = q.shape[0];
@@ -197,6 +216,11 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
   FLASH4_REQUIRE(c, p.head_dim % kHeadDimMultiple == 0 && p.head_dim >= kHeadDimMultiple && p.head_dim <= kMaxHeadDim,
                  "q.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(p.head_dim) +
                      " but head_dim must be a multiple of 8 in [8, 256]");
+  FLASH4_REQUIRE(c,
+                 p.head_dim_v % kHeadDimMultiple == 0 && p.head_dim_v >= kHeadDimMultiple &&
+                     p.head_dim_v <= kMaxHeadDim,
+                 "v.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(p.head_dim_v) +
+                     " but v's head_dim must be a multiple of 8 in [8, 256]");
 }
 
 // Scalars and the mask; resolves the scale default and folds `causal` into the window.
@@ -240,9 +264,9 @@ Problem validate(const ForwardArgs& args) {
   Problem p = check_problem(c, args);
   const char* const* dims = attention_dims(p.varlen());
   check_tensor(c, args.out, "out", args.q.rank, dims);
-  check_same_dtype(c, args.out, "out", args.q, "q");
+  check_fp8_forward(c, args, p);  // out's dtype (q's, or bf16 / fp16 for FP8 q) and the descales
   check_same_device(c, args.out, "out", args.q, "q");
-  check_same_shape(c, args.out, "out", args.q, "q", dims);
+  check_shape_with_head_dim_of(c, args.out, "out", args.q, "q", args.v, "v", dims);
   const bool has_lse = present(args.lse);
   if (has_lse) {
     check_lse(c, args.lse, "lse", p);
@@ -252,7 +276,8 @@ Problem validate(const ForwardArgs& args) {
   const std::pair<const TensorView*, const char*> inputs[] = {
       {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.cu_seqlens_q, "cu_seqlens_q"},
       {&args.cu_seqlens_k, "cu_seqlens_k"}, {&args.seqused_q, "seqused_q"}, {&args.seqused_k, "seqused_k"},
-      {&args.learnable_sink, "learnable_sink"}};
+      {&args.learnable_sink, "learnable_sink"}, {&args.q_descale, "q_descale"}, {&args.k_descale, "k_descale"},
+      {&args.v_descale, "v_descale"}};
   for (const auto& [in, name] : inputs) {
     check_no_overlap(c, args.out, "out", *in, name);
     if (has_lse) check_no_overlap(c, args.lse, "lse", *in, name);
@@ -263,22 +288,25 @@ Problem validate(const ForwardArgs& args) {
 
 Problem validate(const BackwardArgs& args) {
   const Checker c("flash4::backward");
+  FLASH4_REQUIRE(c, args.q.dtype != DType::kFloat8E4M3,
+                 "q.dtype is float8_e4m3fn but the backward takes fp32, fp16 or bf16 (FP8 is forward only)");
   Problem p = check_problem(c, args);
   const char* const* dims = attention_dims(p.varlen());
-  const std::pair<const TensorView*, const char*> like_q[] = {
-      {&args.dout, "dout"}, {&args.out, "out"}, {&args.dq, "dq"}};
-  const std::pair<const TensorView*, const char*> like_k[] = {{&args.dk, "dk"}, {&args.dv, "dv"}};
-  for (const auto& [t, name] : like_q) {
+  // out and dout have q's sizes with v's head_dim; dq, dk, dv the shapes of q, k, v.
+  const std::pair<const TensorView*, const char*> like_out[] = {{&args.dout, "dout"}, {&args.out, "out"}};
+  const std::tuple<const TensorView*, const char*, const TensorView*, const char*> grads[] = {
+      {&args.dq, "dq", &args.q, "q"}, {&args.dk, "dk", &args.k, "k"}, {&args.dv, "dv", &args.v, "v"}};
+  for (const auto& [t, name] : like_out) {
     check_tensor(c, *t, name, args.q.rank, dims);
     check_same_dtype(c, *t, name, args.q, "q");
     check_same_device(c, *t, name, args.q, "q");
-    check_same_shape(c, *t, name, args.q, "q", dims);
+    check_shape_with_head_dim_of(c, *t, name, args.q, "q", args.v, "v", dims);
   }
-  for (const auto& [t, name] : like_k) {
-    check_tensor(c, *t, name, args.k.rank, dims);
-    check_same_dtype(c, *t, name, args.k, "k");
-    check_same_device(c, *t, name, args.k, "k");
-    check_same_shape(c, *t, name, args.k, "k", dims);
+  for (const auto& [t, name, like, like_name] : grads) {
+    check_tensor(c, *t, name, like->rank, dims);
+    check_same_dtype(c, *t, name, *like, like_name);
+    check_same_device(c, *t, name, *like, like_name);
+    check_same_shape(c, *t, name, *like, like_name, dims);
   }
   check_lse(c, args.lse, "lse", p);
   check_same_device(c, args.lse, "lse", args.q, "q");

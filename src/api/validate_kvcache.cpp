@@ -59,7 +59,8 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   p.paged = present(a.block_table);
   const char* const* cache_dims = p.paged ? kPagedCacheDims : kCacheDims;
   check_tensor(c, a.q, "q", 4, kQDims);
-  FLASH4_REQUIRE(c, a.q.dtype != DType::kInt32, "q.dtype is int32 but must be fp32, fp16 or bf16");
+  FLASH4_REQUIRE(c, a.q.dtype == DType::kFloat32 || a.q.dtype == DType::kFloat16 || a.q.dtype == DType::kBFloat16,
+                 std::string("q.dtype is ") + dtype_name(a.q.dtype) + " but KV-cache attention takes fp32, fp16 or bf16");
   check_tensor(c, a.k_cache, "k_cache", 4, cache_dims);
   check_tensor(c, a.v_cache, "v_cache", 4, cache_dims);
   check_like(c, a.k_cache, "k_cache", a.q, "q");
@@ -74,6 +75,7 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   s.heads = a.q.shape[2];
   s.head_dim = a.q.shape[3];
   s.heads_kv = a.k_cache.shape[2];
+  s.head_dim_v = s.head_dim;  // one head dim for q, k and v (v_cache has k_cache's shape)
   FLASH4_REQUIRE(c, s.heads_kv >= 1, "k_cache.shape[2] (heads_kv) = " + to_string(s.heads_kv) + " must be >= 1");
   FLASH4_REQUIRE(c, s.heads % s.heads_kv == 0,
                  "q.shape[2] (heads) = " + to_string(s.heads) + " is not a multiple of k_cache.shape[2] (heads_kv) = " +

@@ -8,8 +8,9 @@ namespace flash4::check {
 ForwardResult reference_forward(const detail::Problem& p, const std::vector<double>& q, const std::vector<double>& k,
                                 const std::vector<double>& v, const std::vector<int64_t>& rows) {
   ForwardResult res;
-  res.out.assign(q.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(reference::ArrayIndex{p}.lse_size()), 0.0);
+  const reference::ArrayIndex at{p};
+  res.out.assign(static_cast<size_t>(at.q_rows() * p.heads * p.head_dim_v), 0.0);  // out has v's head dim
+  res.lse.assign(static_cast<size_t>(at.lse_size()), 0.0);
   reference::forward(p, q.data(), k.data(), v.data(), res.out.data(), res.lse.data(), rows);
   return res;
 }

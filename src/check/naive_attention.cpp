@@ -80,6 +80,8 @@ double round_to_dtype(double x, DType dtype) {
       return round_to_half(f);
     case DType::kBFloat16:
       return round_to_bf16(f);
+    case DType::kFloat8E4M3:
+      return round_to_e4m3(f);
     case DType::kFloat32:
     case DType::kInt32:  // not an attention dtype; no rounding beyond fp32
       break;
@@ -92,9 +94,9 @@ ForwardResult naive_forward(const detail::Problem& p, DType dtype, const std::ve
                             const std::vector<int64_t>& rows) {
   const std::vector<double> q = rounded(q_in, dtype), k = rounded(k_in, dtype), v = rounded(v_in, dtype);
   const ArrayIndex at{p};
-  const int64_t d = p.head_dim;
+  const int64_t dv = p.head_dim_v;
   ForwardResult res;
-  res.out.assign(static_cast<size_t>(at.q_rows() * p.heads * d), 0.0);
+  res.out.assign(static_cast<size_t>(at.q_rows() * p.heads * dv), 0.0);
   // Rows in no entry: -inf as the API defines (0 where rows are sampled: the unlisted rows are 0 in the result).
   res.lse.assign(static_cast<size_t>(at.lse_size()), rows.empty() ? kNegInf : 0.0);
   parallel_for(p.batch * p.heads, [&](int64_t bh) {
@@ -105,13 +107,13 @@ ForwardResult naive_forward(const detail::Problem& p, DType dtype, const std::ve
       for (int64_t i = 0; i < sq; ++i) all.push_back(i);
     for (int64_t i : rows.empty() ? all : rows) {
       if (i >= sq) continue;
-      const int64_t qo = at.q_row(qb, i, h);
+      const int64_t qo = at.q_row(qb, i, h), oo = at.out_row(qb, i, h);
       const Row row = softmax_row(p, dtype, at, q.data() + qo, k.data(), b, h, i);
       for (size_t j = 0; j < row.prob.size(); ++j) {
-        const double* vj = v.data() + at.k_row(kb, row.lo + static_cast<int64_t>(j), hk);
-        for (int64_t x = 0; x < d; ++x) res.out[qo + x] += row.prob[j] * vj[x];
+        const double* vj = v.data() + at.v_row(kb, row.lo + static_cast<int64_t>(j), hk);
+        for (int64_t x = 0; x < dv; ++x) res.out[oo + x] += row.prob[j] * vj[x];
       }
-      for (int64_t x = 0; x < d; ++x) res.out[qo + x] = round_to_dtype(res.out[qo + x], dtype);
+      for (int64_t x = 0; x < dv; ++x) res.out[oo + x] = round_to_dtype(res.out[oo + x], dtype);
       res.lse[at.lse_at(b, h, i)] = static_cast<float>(row.lse);
     }
   });
@@ -124,7 +126,7 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
   const std::vector<double> q = rounded(q_in, dtype), k = rounded(k_in, dtype), v = rounded(v_in, dtype);
   const std::vector<double> dout = rounded(dout_in, dtype);
   const ArrayIndex at{p};
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, d_v = p.head_dim_v;
   Gradients g;
   g.dq.assign(q.size(), 0.0);
   g.dk.assign(k.size(), 0.0);
@@ -136,26 +138,26 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
     const int64_t sq = at.info(b).seqlen_q, qb = at.q_base(b), kb = at.k_base(b);
     for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
       for (int64_t i = 0; i < sq; ++i) {
-        const int64_t qo = at.q_row(qb, i, h);
+        const int64_t qo = at.q_row(qb, i, h), oo = at.out_row(qb, i, h);
         const Row row = softmax_row(p, dtype, at, q.data() + qo, k.data(), b, h, i);
         const int64_t n = static_cast<int64_t>(row.prob.size());
         std::vector<double> dp(n);
         double delta = 0.0;
         for (int64_t j = 0; j < n; ++j) {
-          const double* vj = v.data() + at.k_row(kb, row.lo + j, hk);
-          dp[j] = round_to_dtype(dot(dout.data() + qo, vj, d), dtype);
+          const double* vj = v.data() + at.v_row(kb, row.lo + j, hk);
+          dp[j] = round_to_dtype(dot(dout.data() + oo, vj, d_v), dtype);
           delta += row.prob[j] * dp[j];
         }
         // The sink column's dS = P_sink * (0 - D): it carries no value, so its dP is 0.
         if (p.learnable_sink) sink_partial[b * p.heads + h] += round_to_dtype(-row.sink_prob * delta, dtype);
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t ko = at.k_row(kb, row.lo + j, hk);
+          const int64_t ko = at.k_row(kb, row.lo + j, hk), vo = at.v_row(kb, row.lo + j, hk);
           const double ds = round_to_dtype(row.prob[j] * (dp[j] - delta) * row.dscore[j], dtype);
           for (int64_t x = 0; x < d; ++x) {
             g.dq[qo + x] += ds * k[ko + x];
             g.dk[ko + x] += ds * q[qo + x];
-            g.dv[ko + x] += row.prob[j] * dout[qo + x];
           }
+          for (int64_t x = 0; x < d_v; ++x) g.dv[vo + x] += row.prob[j] * dout[oo + x];
         }
       }
     }

@@ -6,9 +6,10 @@
 namespace flash4::check {
 namespace {
 
-detail::Problem problem_from(const TensorView& q, const TensorView& k, float scale, bool causal, int left,
-                             int right, float softcap) {
+detail::Problem problem_from(const TensorView& q, const TensorView& k, const TensorView& v, float scale, bool causal,
+                             int left, int right, float softcap) {
   detail::Problem p;
+  p.head_dim_v = v.shape[v.rank - 1];
   if (q.rank == 3) {  // packed (total, heads, head_dim): the sizes along the tokens come from the offsets
     p.heads = q.shape[1];
     p.head_dim = q.shape[2];
@@ -55,11 +56,13 @@ detail::Problem with_sequences(detail::Problem p, const Args& a) {
 }  // namespace
 
 detail::Problem make_problem(const ForwardArgs& a) {
-  return with_sequences(problem_from(a.q, a.k, a.softmax_scale, a.causal, a.window_left, a.window_right, a.softcap), a);
+  return with_sequences(
+      problem_from(a.q, a.k, a.v, a.softmax_scale, a.causal, a.window_left, a.window_right, a.softcap), a);
 }
 
 detail::Problem make_problem(const BackwardArgs& a) {
-  return with_sequences(problem_from(a.q, a.k, a.softmax_scale, a.causal, a.window_left, a.window_right, a.softcap), a);
+  return with_sequences(
+      problem_from(a.q, a.k, a.v, a.softmax_scale, a.causal, a.window_left, a.window_right, a.softcap), a);
 }
 
 }  // namespace flash4::check

@@ -18,6 +18,7 @@ double atol_fraction(DType dtype) {
   switch (dtype) {
     case DType::kFloat16: return 0x1p-12;
     case DType::kBFloat16: return 0x1p-9;
+    case DType::kFloat8E4M3: return 0x1p-5;  // never an output dtype (FP8 forwards write bf16 / fp16)
     case DType::kFloat32:
     case DType::kInt32: break;  // index tensors are never judged; treat like fp32
   }
@@ -30,6 +31,7 @@ const char* name(DType dtype) {
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
     case DType::kInt32: return "int32";
+    case DType::kFloat8E4M3: return "float8_e4m3fn";
     case DType::kFloat32: break;
   }
   return "fp32";
@@ -82,7 +84,8 @@ Verdict judge(const std::vector<double>& impl, const std::vector<double>& ref, c
   v.baseline_error = max_abs_error(naive, ref);
   v.atol = atol(dtype, ref) + extra_atol;
   v.limit = kBaselineFactor * v.baseline_error + v.atol;
-  v.pass = v.error <= v.limit;
+  // An unbounded limit (the baseline disagrees with the reference in size, NaN or an infinity) judges nothing.
+  v.pass = std::isfinite(v.limit) && v.error <= v.limit;
   return v;
 }
 

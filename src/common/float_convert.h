@@ -1,4 +1,5 @@
-// fp32 <-> bf16 / fp16 conversion on bit patterns (uint16_t), round-to-nearest-even, NaN and Inf preserved.
+// fp32 <-> bf16 / fp16 conversion on bit patterns (uint16_t), round-to-nearest-even, NaN and Inf preserved; and
+// fp32 <-> FP8 E4M3 ("float8_e4m3fn", uint8_t).
 // Host and device safe without CUDA headers, so the CPU path, the reference and the tests share one definition
 // of "rounded to the dtype".
 #pragma once
@@ -70,8 +71,41 @@ FLASH4_HD float half_bits_to_float(uint16_t h) {
   return bits_float(sign | ((e + 112u) << 23) | (mant << 13));
 }
 
+// FP8 E4M3 (OCP "fn" variant): bias 7, no infinities, 0x7f / 0xff are NaN, largest finite 448 (0x7e).
+FLASH4_HD float e4m3_bits_to_float(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xfu, mant = b & 0x7u;
+  float a;
+  if (e == 0xfu && mant == 0x7u) {
+    a = bits_float(0x7fc00000u);  // NaN
+  } else if (e == 0) {
+    a = static_cast<float>(mant) * 0.001953125f;  // subnormal: mant * 2^-9, exact
+  } else {
+    a = bits_float(((e + 120u) << 23) | (mant << 20));
+  }
+  return (b & 0x80u) ? -a : a;
+}
+
+// Round to nearest even; values beyond 448 saturate to +-448 (the kernels' saturating conversion, as FP8
+// quantization does), NaN stays NaN.
+FLASH4_HD uint8_t float_to_e4m3_bits(float f) {
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
+  const int e32 = static_cast<int>(a >> 23);
+  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  if (e32 < 121) {  // below 2^-6, the smallest normal: units of 2^-9 (a carry into 8 is that normal, code 8)
+    const int shift = 141 - e32;
+    return static_cast<uint8_t>(sign | (shift > 24 ? 0u : shift_right_rne(mant, shift)));
+  }
+  // Normal: keep 3 mantissa bits (a carry out bumps the exponent, which the code layout absorbs).
+  const uint32_t code = (static_cast<uint32_t>(e32 - 120) << 3) + shift_right_rne(mant, 20) - 8u;
+  return static_cast<uint8_t>(sign | (code > 0x7eu ? 0x7eu : code));
+}
+
 // fp32 -> nearest bf16 / fp16 value, returned as fp32 (what a store and reload would give).
 FLASH4_HD float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
 FLASH4_HD float round_to_half(float f) { return half_bits_to_float(float_to_half_bits(f)); }
+FLASH4_HD float round_to_e4m3(float f) { return e4m3_bits_to_float(float_to_e4m3_bits(f)); }
 
 }  // namespace flash4

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/descale.h"
 #include "common/host_device.h"
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -12,7 +13,9 @@
 namespace flash4::detail {
 
 struct Problem {
-  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, head_dim = 0;
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0;
+  int64_t head_dim = 0;    // q's and k's last dimension (the width of the scores' dot products)
+  int64_t head_dim_v = 0;  // v's and out's last dimension (equal to head_dim unless the caller splits them)
   float softmax_scale = 0.0f;  // resolved (never 0)
   float softcap = 0.0f;        // 0 = off
   // Effective window after folding `causal` in (causal = right bound 0); -1 = unbounded.
@@ -29,9 +32,12 @@ struct Problem {
   int64_t total_q = 0, total_k = 0;
   // Per-head logit in every row's softmax denominator, carrying no value (natural-log domain); null = none.
   const float* learnable_sink = nullptr;  // (heads) fp32
+  // FP8 forward (q, k, v in float8_e4m3fn): real inputs are the FP8 values times these; unset = 1.
+  Descale q_descale, k_descale, v_descale;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }  // validation sets both offsets or neither
 
+  bool split_head_dims() const { return head_dim_v != head_dim; }
   bool has_mask() const { return window_left >= 0 || window_right >= 0; }
   int64_t group() const { return heads / heads_kv; }  // query heads per K/V head
 

@@ -39,12 +39,13 @@ struct RowStats {
   }
 };
 
+// d = head_dim (q, k, dq, dk), dv = head_dim_v (v, dout, dv).
 struct BackwardTiles {
   std::vector<float> q, dout, kt, vt, k, p, ds, acc_a, acc_b;
-  explicit BackwardTiles(int64_t d)
-      : q(kBlockM * d), dout(kBlockM * d), kt(d * kBlockN), vt(d * kBlockN), k(kBlockN * d),
+  BackwardTiles(int64_t d, int64_t dv)
+      : q(kBlockM * d), dout(kBlockM * dv), kt(d * kBlockN), vt(dv * kBlockN), k(kBlockN * d),
         p(kBlockM * kBlockN), ds(kBlockM * kBlockN), acc_a(std::max(kBlockM, kBlockN) * d),
-        acc_b(std::max(kBlockM, kBlockN) * d) {}
+        acc_b(std::max(kBlockM, kBlockN) * dv) {}
 };
 
 // D and LSE of every used row; with a sink and `dsink` requested also dsink (per task partial sums, added in
@@ -52,7 +53,7 @@ struct BackwardTiles {
 RowStats row_stats(const BackwardArgs& args, const Problem& p, std::vector<double>* dsink) {
   RowStats st;
   const RowGrid grid = row_grid(p, false);
-  const int64_t n = grid.size() * p.heads, d = p.head_dim;
+  const int64_t n = grid.size() * p.heads, d = p.head_dim_v;  // D sums over out's head_dim
   st.rows = grid.rows;
   st.lse_log2.assign(n, kNegInf);
   st.delta.assign(n, 0.0f);
@@ -91,9 +92,8 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t b, int64
   const detail::ScoreTransform transform = p.score_transform();
   const detail::SequenceMask mask = p.sequence_mask(b);
   const int64_t stat0 = st.at(p, b, h, p.layout().info(b).q_offset + q0);
-  const int64_t d = p.head_dim;
-  matmul_set(t.q.data(), t.kt.data(), t.p.data(), rows, n, d);      // S = Q K^T
-  matmul_set(t.dout.data(), t.vt.data(), t.ds.data(), rows, n, d);  // dP = dO V^T
+  matmul_set(t.q.data(), t.kt.data(), t.p.data(), rows, n, p.head_dim);         // S = Q K^T
+  matmul_set(t.dout.data(), t.vt.data(), t.ds.data(), rows, n, p.head_dim_v);  // dP = dO V^T
   for (int64_t r = 0; r < rows; ++r) {
     float* pr = t.p.data() + r * n;
     float* dsr = t.ds.data() + r * n;
@@ -127,11 +127,12 @@ FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& 
                                        int64_t hk, int64_t k0, BackwardTiles& t) {
   const detail::SequenceInfo seq = p.layout().info(b);
   if (k0 >= seq.seqlen_k) return;  // past this entry's keys
-  const int64_t d = p.head_dim, n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0), e = entry_index(p, b);
+  const int64_t d = p.head_dim, d_v = p.head_dim_v, n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
+  const int64_t e = entry_index(p, b);
   float* dk = t.acc_a.data();
   float* dv = t.acc_b.data();
   std::fill(dk, dk + n * d, 0.0f);
-  std::fill(dv, dv + n * d, 0.0f);
+  std::fill(dv, dv + n * d_v, 0.0f);
   load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
   load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
   const detail::SequenceMask mask = p.sequence_mask(b);
@@ -142,7 +143,7 @@ FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& 
       load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
       load_rows(args.dout, e, seq.q_offset + q0, rows, h, t.dout.data());
       probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
-      matmul_add_at(t.p.data(), t.dout.data(), dv, n, d, rows);  // dV += P^T dO
+      matmul_add_at(t.p.data(), t.dout.data(), dv, n, d_v, rows);  // dV += P^T dO
       matmul_add_at(t.ds.data(), t.q.data(), dk, n, d, rows);    // dK += dS^T Q
     }
   }
@@ -197,13 +198,13 @@ void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
   }
   const int64_t k_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
   parallel_for(p.batch * p.heads_kv * k_tiles, [&](int64_t task) {
-    BackwardTiles tiles(p.head_dim);
+    BackwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t bhk = task / k_tiles;
     dkdv_tile(args, p, st, bhk / p.heads_kv, bhk % p.heads_kv, task % k_tiles * kBlockN, tiles);
   });
   const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
   parallel_for(p.batch * p.heads * q_tiles, [&](int64_t task) {
-    BackwardTiles tiles(p.head_dim);
+    BackwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t bh = task / q_tiles;
     dq_tile(args, p, st, bh / p.heads, bh % p.heads, task % q_tiles * kBlockM, tiles);
   });

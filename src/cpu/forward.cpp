@@ -1,6 +1,7 @@
 // CPU FlashAttention forward: the GPU algorithm on fp32 tiles. One task per (batch, head, 64-row Q tile); the
 // task streams K/V tiles through an online softmax with FA4's conditional rescaling. Dense and packed batches
-// share the code: entry b's tokens are found through p.layout().info(b) (cpu/packed_rows.h).
+// share the code: entry b's tokens are found through p.layout().info(b) (cpu/packed_rows.h). FP8 q, k, v are
+// dequantized as their tiles are loaded (value * descale of the entry and kv head), then computed alike.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -22,9 +23,9 @@ namespace {
 using namespace flash4::cpu;
 
 struct ForwardTiles {
-  std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, d), (M, N), (M, d)
-  explicit ForwardTiles(int64_t d)
-      : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * d), s(kBlockM * kBlockN), o(kBlockM * d) {}
+  std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, dv), (M, N), (M, dv)
+  ForwardTiles(int64_t d, int64_t dv)
+      : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * dv), s(kBlockM * kBlockN), o(kBlockM * dv) {}
 };
 
 // Normalizes row r's O by its softmax denominator, the sink's term included, and returns the row's LSE. O and l
@@ -47,12 +48,20 @@ float finish_row(const OnlineSoftmaxRow& state, const float* sink, int64_t h, fl
   return lse;
 }
 
+// x[0, n) *= the descale of (entry b, kv head hk): FP8 inputs become the real values (one fp32 rounding per
+// element). Nothing to do without descale factors.
+void scale_tile(float* x, int64_t n, const Descale& descale, int64_t b, int64_t hk) {
+  if (descale.data == nullptr) return;
+  const float f = descale.at(b, hk);
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
 // Rows [q0, q0 + kBlockM) of entry b, head h (args' views batched, see packed_rows.h).
 FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem& p, int64_t b, int64_t h,
                                           int64_t q0, ForwardTiles& t) {
   const detail::SequenceInfo seq = p.layout().info(b);
   if (q0 >= seq.seqlen_q) return;  // past this entry's queries (tasks cover the longest entry)
-  const int64_t d = p.head_dim, hk = h / p.group(), e = entry_index(p, b);
+  const int64_t d = p.head_dim, dv = p.head_dim_v, hk = h / p.group(), e = entry_index(p, b);
   const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
   const detail::ScoreTransform transform = p.score_transform();
   const detail::SequenceMask mask = p.sequence_mask(b);
@@ -63,6 +72,7 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
   OnlineSoftmaxRow state[kBlockM];
   std::fill(t.o.begin(), t.o.end(), 0.0f);
   load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
+  scale_tile(t.q.data(), rows * d, p.q_descale, b, hk);  // FP8: dequantize (no-op without descales)
 
   // Only the K tiles some row of this Q tile can see (causal / window skip the rest).
   const detail::IndexRange key_tiles = mask.key_tiles(q0, q0 + rows - 1, kBlockN);
@@ -70,6 +80,8 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
     const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
     load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
     load_rows(args.v, e, seq.k_offset + k0, n, hk, t.v.data());
+    scale_tile(t.kt.data(), d * n, p.k_descale, b, hk);
+    scale_tile(t.v.data(), n * dv, p.v_descale, b, hk);
     matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, n, d);  // S = Q K^T
 
     for (int64_t r = 0; r < rows; ++r) {
@@ -83,8 +95,8 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
       const float m_tile = *std::max_element(row + span.begin, row + span.end);
       const float factor = state[r].update(m_tile, conditional);
       if (factor != 1.0f) {
-        float* o = t.o.data() + r * d;
-        for (int64_t x = 0; x < d; ++x) o[x] *= factor;
+        float* o = t.o.data() + r * dv;
+        for (int64_t x = 0; x < dv; ++x) o[x] *= factor;
       }
       std::fill(row, row + span.begin, 0.0f);
       std::fill(row + span.end, row + n, 0.0f);
@@ -93,11 +105,11 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
       for (int64_t j = span.begin; j < span.end; ++j) sum += row[j];
       state[r].l += sum;
     }
-    matmul_add(t.s.data(), t.v.data(), t.o.data(), rows, d, n);  // O += P V
+    matmul_add(t.s.data(), t.v.data(), t.o.data(), rows, dv, n);  // O += P V
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float lse = finish_row(state[r], p.learnable_sink, h, t.o.data() + r * d, d);
+    const float lse = finish_row(state[r], p.learnable_sink, h, t.o.data() + r * dv, dv);
     if (args.lse.data) *lse_ptr(args.lse, e, h, seq.q_offset + q0 + r) = lse;
   }
   store_rows(t.o.data(), args.out, e, seq.q_offset + q0, rows, h);
@@ -121,7 +133,7 @@ void cpu_forward(const ForwardArgs& user_args, const Problem& p) {
   const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t tasks = p.batch * p.heads * q_tiles;
   parallel_for(tasks, [&](int64_t task) {
-    ForwardTiles tiles(p.head_dim);
+    ForwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t qt = task % q_tiles, bh = task / q_tiles;
     forward_tile(args, p, bh / p.heads, bh % p.heads, qt * kBlockM, tiles);
   });

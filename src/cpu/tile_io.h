@@ -28,6 +28,9 @@ inline void load_rows(const TensorView& t, int64_t b, int64_t s0, int64_t rows, 
     if (t.dtype == DType::kFloat32) {
       const float* src = row_ptr<const float>(t, b, s0 + r, h);
       for (int64_t x = 0; x < d; ++x) out[x] = src[x];
+    } else if (t.dtype == DType::kFloat8E4M3) {
+      const uint8_t* src = row_ptr<const uint8_t>(t, b, s0 + r, h);
+      for (int64_t x = 0; x < d; ++x) out[x] = e4m3_bits_to_float(src[x]);
     } else {
       const uint16_t* src = row_ptr<const uint16_t>(t, b, s0 + r, h);
       for (int64_t x = 0; x < d; ++x) out[x] = load_element(src + x, t.dtype);
@@ -44,6 +47,9 @@ inline void load_rows_transposed(const TensorView& t, int64_t b, int64_t s0, int
     if (t.dtype == DType::kFloat32) {
       const float* src = row_ptr<const float>(t, b, s0 + r, h);
       for (int64_t x = 0; x < d; ++x) dst[x * ld + r] = src[x];
+    } else if (t.dtype == DType::kFloat8E4M3) {
+      const uint8_t* src = row_ptr<const uint8_t>(t, b, s0 + r, h);
+      for (int64_t x = 0; x < d; ++x) dst[x * ld + r] = e4m3_bits_to_float(src[x]);
     } else {
       const uint16_t* src = row_ptr<const uint16_t>(t, b, s0 + r, h);
       for (int64_t x = 0; x < d; ++x) dst[x * ld + r] = load_element(src + x, t.dtype);
@@ -51,7 +57,8 @@ inline void load_rows_transposed(const TensorView& t, int64_t b, int64_t s0, int
   }
 }
 
-// t(b, s0 + r, h, x) = src(r, x) rounded to the view's dtype (nearest even).
+// t(b, s0 + r, h, x) = src(r, x) rounded to the view's dtype (nearest even); never FP8 (validation: an FP8
+// forward writes bf16 or fp16).
 inline void store_rows(const float* src, const TensorView& t, int64_t b, int64_t s0, int64_t rows, int64_t h) {
   const int64_t d = t.shape[3];
   for (int64_t r = 0; r < rows; ++r) {

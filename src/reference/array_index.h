@@ -23,9 +23,12 @@ struct ArrayIndex {
   int64_t q_base(int64_t b) const { return p.varlen() ? info(b).q_offset : b * p.seqlen_q; }
   int64_t k_base(int64_t b) const { return p.varlen() ? info(b).k_offset : b * p.seqlen_k; }
 
-  // Offsets of (entry b, token i, head h, 0) and of lse(entry b, head h, token i), given q_base / k_base.
+  // Offsets of (entry b, token i, head h, 0) and of lse(entry b, head h, token i), given q_base / k_base. q, k
+  // (and dq, dk) rows have head_dim elements; v, out (and dv, dout) rows have head_dim_v.
   int64_t q_row(int64_t base, int64_t i, int64_t h) const { return ((base + i) * p.heads + h) * p.head_dim; }
   int64_t k_row(int64_t base, int64_t j, int64_t hk) const { return ((base + j) * p.heads_kv + hk) * p.head_dim; }
+  int64_t out_row(int64_t base, int64_t i, int64_t h) const { return ((base + i) * p.heads + h) * p.head_dim_v; }
+  int64_t v_row(int64_t base, int64_t j, int64_t hk) const { return ((base + j) * p.heads_kv + hk) * p.head_dim_v; }
   int64_t lse_at(int64_t b, int64_t h, int64_t i) const {
     return p.varlen() ? h * p.total_q + q_base(b) + i : (b * p.heads + h) * p.seqlen_q + i;
   }

@@ -72,9 +72,9 @@ ScoreRow score_row(const detail::Problem& p, const ArrayIndex& at, const double*
 void forward(const detail::Problem& p, const double* q, const double* k, const double* v, double* out, double* lse,
              const std::vector<int64_t>& rows) {
   const ArrayIndex at{p};
-  const int64_t d = p.head_dim;
+  const int64_t dv = p.head_dim_v;
   if (rows.empty()) {  // rows that take part in no entry: out 0, lse -inf
-    std::fill(out, out + at.q_rows() * p.heads * d, 0.0);
+    std::fill(out, out + at.q_rows() * p.heads * dv, 0.0);
     if (lse) std::fill(lse, lse + at.lse_size(), kNegInf);
   }
   parallel_for(p.batch * p.heads, [&](int64_t bh) {
@@ -86,11 +86,11 @@ void forward(const detail::Problem& p, const double* q, const double* k, const d
     for (int64_t i : rows.empty() ? all : rows) {
       if (i >= sq) continue;
       const ScoreRow row = score_row(p, at, q, k, b, h, i);
-      double* o = out + at.q_row(qb, i, h);
-      std::fill(o, o + d, 0.0);
+      double* o = out + at.out_row(qb, i, h);
+      std::fill(o, o + dv, 0.0);
       for (size_t j = 0; j < row.prob.size(); ++j) {
-        const double* vj = v + at.k_row(kb, row.lo + static_cast<int64_t>(j), hk);
-        for (int64_t x = 0; x < d; ++x) o[x] += row.prob[j] * vj[x];
+        const double* vj = v + at.v_row(kb, row.lo + static_cast<int64_t>(j), hk);
+        for (int64_t x = 0; x < dv; ++x) o[x] += row.prob[j] * vj[x];
       }
       if (lse) lse[at.lse_at(b, h, i)] = row.lse;
     }
@@ -100,10 +100,10 @@ void forward(const detail::Problem& p, const double* q, const double* k, const d
 void backward(const detail::Problem& p, const double* q, const double* k, const double* v, const double* dout,
               double* dq, double* dk, double* dv, double* dsink) {
   const ArrayIndex at{p};
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, d_v = p.head_dim_v;
   std::fill(dq, dq + at.q_rows() * p.heads * d, 0.0);
   std::fill(dk, dk + at.k_rows() * p.heads_kv * d, 0.0);
-  std::fill(dv, dv + at.k_rows() * p.heads_kv * d, 0.0);
+  std::fill(dv, dv + at.k_rows() * p.heads_kv * d_v, 0.0);
   // dsink per (entry, head), summed over the entries afterwards: tasks never share a write.
   std::vector<double> sink_partial(static_cast<size_t>(p.batch * p.heads), 0.0);
   // One task per (batch, kv head) owns dk/dv of that head and dq of its query heads: no shared writes (packed
@@ -111,32 +111,32 @@ void backward(const detail::Problem& p, const double* q, const double* k, const 
   parallel_for(p.batch * p.heads_kv, [&](int64_t bhk) {
     const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
     const int64_t sq = at.info(b).seqlen_q, qb = at.q_base(b), kb = at.k_base(b);
-    std::vector<double> o(d), dp;
+    std::vector<double> o(d_v), dp;
     for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
       for (int64_t i = 0; i < sq; ++i) {
         const ScoreRow row = score_row(p, at, q, k, b, h, i);
         const int64_t n = static_cast<int64_t>(row.prob.size());
         const double* qi = q + at.q_row(qb, i, h);
-        const double* doi = dout + at.q_row(qb, i, h);
+        const double* doi = dout + at.out_row(qb, i, h);
         std::fill(o.begin(), o.end(), 0.0);
         dp.assign(n, 0.0);
         for (int64_t j = 0; j < n; ++j) {
-          const double* vj = v + at.k_row(kb, row.lo + j, hk);
-          for (int64_t x = 0; x < d; ++x) o[x] += row.prob[j] * vj[x];
-          dp[j] = dot(doi, vj, d);
+          const double* vj = v + at.v_row(kb, row.lo + j, hk);
+          for (int64_t x = 0; x < d_v; ++x) o[x] += row.prob[j] * vj[x];
+          dp[j] = dot(doi, vj, d_v);
         }
-        const double delta = dot(doi, o.data(), d);  // D = rowsum(dO * O)
+        const double delta = dot(doi, o.data(), d_v);  // D = rowsum(dO * O)
         // d loss / d sink = -P_sink * D with P_sink = exp(sink - lse) (the sink carries no value).
         if (p.learnable_sink) sink_partial[b * p.heads + h] -= std::exp(p.learnable_sink[h] - row.lse) * delta;
         double* dqi = dq + at.q_row(qb, i, h);
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t kj = at.k_row(kb, row.lo + j, hk);
+          const int64_t kj = at.k_row(kb, row.lo + j, hk), vj = at.v_row(kb, row.lo + j, hk);
           const double ds = row.prob[j] * (dp[j] - delta) * row.dscore[j];  // d loss / d (q.k)
           for (int64_t x = 0; x < d; ++x) {
             dqi[x] += ds * k[kj + x];
             dk[kj + x] += ds * qi[x];
-            dv[kj + x] += row.prob[j] * doi[x];
           }
+          for (int64_t x = 0; x < d_v; ++x) dv[vj + x] += row.prob[j] * doi[x];
         }
       }
     }
@@ -193,6 +193,11 @@ std::vector<double> to_double(const TensorView& t) {
       for_each_element(t, [&](int64_t off, int64_t i) { out[i] = bf16_bits_to_float(src[off]); });
       break;
     }
+    case DType::kFloat8E4M3: {  // the stored FP8 values; descale factors are the caller's to apply
+      const uint8_t* src = static_cast<const uint8_t*>(t.data);
+      for_each_element(t, [&](int64_t off, int64_t i) { out[i] = e4m3_bits_to_float(src[off]); });
+      break;
+    }
   }
   return out;
 }
@@ -220,6 +225,11 @@ void from_double(const std::vector<double>& src, const TensorView& dst) {
     case DType::kBFloat16: {
       uint16_t* out = static_cast<uint16_t*>(dst.data);
       for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_bf16_bits(static_cast<float>(src[i])); });
+      break;
+    }
+    case DType::kFloat8E4M3: {
+      uint8_t* out = static_cast<uint8_t*>(dst.data);
+      for_each_element(dst, [&](int64_t off, int64_t i) { out[off] = float_to_e4m3_bits(static_cast<float>(src[i])); });
       break;
     }
   }

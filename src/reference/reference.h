@@ -1,8 +1,9 @@
 // Naive fp64 attention: materializes each score row, no tiling, no tricks. The judge for tests and for
 // `flash4 run --check`; never used on a user's hot path.
 //
-// All arrays are contiguous fp64 in the public layouts: q/out/dout (b, sq, h, d), k/v/dk/dv (b, sk, hkv, d),
-// lse (b, h, sq); for a packed problem (total_q, h, d), (total_k, hkv, d) and (h, total_q) (array_index.h; the
+// All arrays are contiguous fp64 in the public layouts: q/dq (b, sq, h, d), out/dout (b, sq, h, dv), k/dk (b, sk,
+// hkv, d), v/dv (b, sk, hkv, dv) with d = head_dim and dv = head_dim_v, lse (b, h, sq); for a packed problem the
+// leading (b, s) is (total) and lse is (h, total_q) (array_index.h; the
 // problem's cu_seqlens / seqused must then be host pointers). Semantics (mask per entry, softcap, GQA, the
 // learnable sink, fully-masked rows, rows in no entry) are those of src/common/problem.h and flash4/api.h.
 #pragma once

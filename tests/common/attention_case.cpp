@@ -29,7 +29,9 @@ CaseSpec make_spec(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t he
 std::string CaseSpec::name() const {
   std::ostringstream s;
   s << "b" << batch << "_sq" << seqlen_q << "_sk" << seqlen_k << "_h" << heads << "_hkv" << heads_kv << "_d"
-    << head_dim << "_" << short_name(dtype);
+    << head_dim;
+  if (value_dim() != head_dim) s << "_dv" << value_dim();
+  s << "_" << short_name(dtype);
   if (causal) s << "_causal";
   if (window_left >= 0 || window_right >= 0) {
     s << "_win" << (window_left < 0 ? "inf" : std::to_string(window_left)) << "_"
@@ -86,8 +88,8 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
   AttentionTensors t{
       HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout),
       HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout),
-      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout),
-      HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout),
+      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.value_dim(), s.layout),
+      HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.value_dim(), s.layout),
       HostTensor::lse(s.batch, s.heads, s.seqlen_q),
       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   t.q.fill_normal(rng, s.input_stddev);
@@ -96,10 +98,10 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
   t.out.poison();
   t.lse.poison();
   if (backward) {
-    t.dout.emplace(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout);
+    t.dout.emplace(s.dtype, s.batch, s.seqlen_q, s.heads, s.value_dim(), s.layout);
     t.dq.emplace(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout);
     t.dk.emplace(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout);
-    t.dv.emplace(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout);
+    t.dv.emplace(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.value_dim(), s.layout);
     t.dout->fill_normal(rng);
     t.dq->poison();
     t.dk->poison();
@@ -125,7 +127,7 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
   const ForwardResult ref = reference_forward(p, q, k, v, rows);
   const ForwardResult naive = naive_forward(p, s.dtype, q, k, v, rows);
   auto out_rows = [&](const std::vector<double>& x) {
-    return gather_rows(x, s.batch, s.seqlen_q, s.heads, s.head_dim, rows);
+    return gather_rows(x, s.batch, s.seqlen_q, s.heads, s.value_dim(), rows);
   };
   auto lse_rows = [&](const std::vector<double>& x) { return gather_rows(x, s.batch, s.seqlen_q, s.heads, 0, rows); };
   const std::vector<double> ref_out = out_rows(ref.out);

@@ -18,6 +18,7 @@ namespace flash4::test {
 
 struct CaseSpec {
   int64_t batch = 1, seqlen_q = 1, seqlen_k = 1, heads = 1, heads_kv = 1, head_dim = 64;
+  int64_t head_dim_v = 0;  // v's and out's head dim; 0 = head_dim
   DType dtype = DType::kBFloat16;
   bool causal = false;
   int window_left = -1, window_right = -1;
@@ -30,6 +31,7 @@ struct CaseSpec {
   bool sink = false;         // random learnable_sink (fp32 (heads)); dsink in the backward
   double sink_offset = 0.0;  // added to every sink value
 
+  int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   std::string name() const;  // for test names and messages
 };
 

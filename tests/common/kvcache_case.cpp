@@ -245,6 +245,7 @@ KvCacheArgs KvCacheCase::args() const {
     p.heads = s.heads;
     p.heads_kv = hkv;
     p.head_dim = d;
+    p.head_dim_v = d;
     p.total_q = s.seqlen_q;
     p.total_k = seqlen_k;
     p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));

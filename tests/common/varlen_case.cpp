@@ -58,7 +58,9 @@ int64_t VarlenSpec::max_seqlen_k() const { return longest(seqlens_k); }
 std::string VarlenSpec::name() const {
   std::string n = "varlen_b" + std::to_string(batch()) + "_tq" + std::to_string(total_q()) + "_tk" +
                   std::to_string(total_k()) + "_h" + std::to_string(heads) + "_hkv" + std::to_string(heads_kv) +
-                  "_d" + std::to_string(head_dim) + "_" + dtype_name(dtype);
+                  "_d" + std::to_string(head_dim) +
+                  (value_dim() != head_dim ? "_dv" + std::to_string(value_dim()) : std::string()) + "_" +
+                  dtype_name(dtype);
   if (causal) n += "_causal";
   if (window_left >= 0 || window_right >= 0)
     n += "_winl" + std::to_string(std::max(window_left, -1) + 1) + "r" + std::to_string(window_right + 1);  // +1: no '-' 
@@ -108,8 +110,8 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
   lse.drop_leading_dim();
   VarlenTensors t{packed(s.dtype, tq, s.heads, s.head_dim, s.layout),
                   packed(s.dtype, tk, s.heads_kv, s.head_dim, s.layout),
-                  packed(s.dtype, tk, s.heads_kv, s.head_dim, s.layout),
-                  packed(s.dtype, tq, s.heads, s.head_dim, s.layout),
+                  packed(s.dtype, tk, s.heads_kv, s.value_dim(), s.layout),
+                  packed(s.dtype, tq, s.heads, s.value_dim(), s.layout),
                   std::move(lse),
                   int_vector(offsets(s.seqlens_q)),
                   int_vector(offsets(s.seqlens_k)),
@@ -129,10 +131,10 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
     t.sink->assign(values);
   }
   if (backward) {
-    t.dout.emplace(packed(s.dtype, tq, s.heads, s.head_dim, s.layout));
+    t.dout.emplace(packed(s.dtype, tq, s.heads, s.value_dim(), s.layout));
     t.dq.emplace(packed(s.dtype, tq, s.heads, s.head_dim, s.layout));
     t.dk.emplace(packed(s.dtype, tk, s.heads_kv, s.head_dim, s.layout));
-    t.dv.emplace(packed(s.dtype, tk, s.heads_kv, s.head_dim, s.layout));
+    t.dv.emplace(packed(s.dtype, tk, s.heads_kv, s.value_dim(), s.layout));
     t.dout->fill_normal(rng);
     t.dq->poison();
     t.dk->poison();

@@ -22,6 +22,7 @@ struct VarlenSpec {
   std::vector<int> seqlens_q, seqlens_k;  // per segment; the batch is their count
   std::vector<int> seqused_q, seqused_k;  // per segment; empty = not passed
   int64_t heads = 1, heads_kv = 1, head_dim = 64;
+  int64_t head_dim_v = 0;  // v's and out's head dim; 0 = head_dim
   DType dtype = DType::kBFloat16;
   bool causal = false;
   int window_left = -1, window_right = -1;
@@ -33,6 +34,7 @@ struct VarlenSpec {
   int64_t pad_q = 0, pad_k = 0;  // rows after the last segment (cu_seqlens[batch] < total)
   double input_stddev = 1.0;
 
+  int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int64_t batch() const { return static_cast<int64_t>(seqlens_q.size()); }
   int64_t total_q() const;
   int64_t total_k() const;

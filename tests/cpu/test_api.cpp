@@ -62,6 +62,7 @@ struct SmallProblem {
     p.heads = kHeads;
     p.heads_kv = kHeadsKv;
     p.head_dim = kDim;
+    p.head_dim_v = kDim;
     p.softmax_scale = 1.0f / 4.0f;
     p.causal = true;
     p.window_right = 0;

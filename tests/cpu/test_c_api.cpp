@@ -176,6 +176,66 @@ TEST(CApi, LastErrorIsPerThread) {
   EXPECT_NE(std::string(flash4_last_error()).find("softcap"), std::string::npos);
 }
 
+// v and out with a head_dim of their own (8 against q and k's 16) pass through the C structs unchanged: the
+// C call writes what the C++ call writes, and an out with q's head_dim is rejected naming v's.
+TEST(CApi, SplitHeadDimsMatchTheCppApi) {
+  CProblem s;
+  constexpr int64_t kDimV = 8;
+  std::vector<float> v(CProblem::kSeqK * CProblem::kHeadsKv * kDimV), out(CProblem::kSeqQ * CProblem::kHeads * kDimV);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.1f * static_cast<float>(i));
+  const int64_t v_shape[4] = {1, CProblem::kSeqK, CProblem::kHeadsKv, kDimV};
+  const int64_t out_shape[4] = {1, CProblem::kSeqQ, CProblem::kHeads, kDimV};
+  flash4_forward_args f = s.forward_args();
+  f.v = flash4_tensor_contiguous(v.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, v_shape);
+  f.out = flash4_tensor_contiguous(out.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, out_shape);
+  ASSERT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_OK) << flash4_last_error();
+  std::vector<float> cpp_out(out.size()), cpp_lse(s.lse.size());
+  ForwardArgs a;
+  a.q = make_view(s.q.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads, CProblem::kDim);
+  a.k = make_view(s.k.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv, CProblem::kDim);
+  a.v = make_view(v.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqK, CProblem::kHeadsKv, kDimV);
+  a.out = make_view(cpp_out.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kSeqQ, CProblem::kHeads, kDimV);
+  a.lse = make_view(cpp_lse.data(), DType::kFloat32, Device::cpu(), 1, CProblem::kHeads, CProblem::kSeqQ);
+  a.causal = true;
+  forward(a);
+  EXPECT_EQ(out, cpp_out);
+  EXPECT_EQ(s.lse, cpp_lse);
+  f.out = CProblem::view(s.out, CProblem::kSeqQ, CProblem::kHeads);  // q's head_dim
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("out.shape[3] (head_dim) = 16 but v.shape[3] = 8"),
+            std::string::npos)
+      << flash4_last_error();
+}
+
+// FP8 through the C structs: the dtype value and the descale fields reach the C++ call unchanged.
+TEST(CApi, Fp8ForwardMatchesTheCppApi) {
+  constexpr int64_t kSeq = 9, kHeads = 2, kDim = 16;
+  std::vector<uint8_t> qkv(kSeq * kHeads * kDim);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<uint8_t>((i * 37) % 120);  // finite E4M3 codes
+  std::vector<float> descale = {0.5f, 0.25f}, lse(kHeads * kSeq), cpp_lse(lse.size());
+  std::vector<uint16_t> out(qkv.size()), cpp_out(qkv.size());
+  const int64_t shape[4] = {1, kSeq, kHeads, kDim}, descale_shape[2] = {1, kHeads}, lse_shape[3] = {1, kHeads, kSeq};
+  flash4_forward_args f;
+  flash4_forward_args_init(&f);
+  f.q = f.k = f.v = flash4_tensor_contiguous(qkv.data(), FLASH4_FLOAT8_E4M3, FLASH4_DEVICE_CPU, 0, 4, shape);
+  f.out = flash4_tensor_contiguous(out.data(), FLASH4_BFLOAT16, FLASH4_DEVICE_CPU, 0, 4, shape);
+  f.lse = flash4_tensor_contiguous(lse.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, lse_shape);
+  f.v_descale = flash4_tensor_contiguous(descale.data(), FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 2, descale_shape);
+  ASSERT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_OK) << flash4_last_error();
+  ForwardArgs a;
+  a.q = a.k = a.v = make_view(qkv.data(), DType::kFloat8E4M3, Device::cpu(), 1, kSeq, kHeads, kDim);
+  a.out = make_view(cpp_out.data(), DType::kBFloat16, Device::cpu(), 1, kSeq, kHeads, kDim);
+  a.lse = make_view(cpp_lse.data(), DType::kFloat32, Device::cpu(), 1, kHeads, kSeq);
+  a.v_descale = make_view(descale.data(), DType::kFloat32, Device::cpu(), 1, kHeads);
+  forward(a);
+  EXPECT_EQ(out, cpp_out);
+  EXPECT_EQ(lse, cpp_lse);
+  f.k_descale = f.v_descale;
+  f.k_descale.shape[1] = 3;
+  EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("k_descale.shape[1] (heads_kv) = 3"), std::string::npos);
+}
+
 TEST(CApi, NamesAndVersion) {
   EXPECT_STREQ(flash4_status_string(FLASH4_STATUS_INVALID_ARGUMENT), "invalid argument");
   EXPECT_STREQ(flash4_version(), version());

@@ -38,14 +38,26 @@ TEST(ToleranceRule, NanFailsAndInfinitiesMustMatch) {
   EXPECT_FALSE(check::judge({-kInf}, ref, ref, DType::kFloat32).pass);  // size mismatch
 }
 
+// A baseline that cannot be compared with the reference (another size, a NaN) makes the limit infinite; that
+// must fail rather than let anything pass (e.g. a judge sizing out by q's head dim instead of v's).
+TEST(ToleranceRule, AnUnboundedBaselineFails) {
+  const std::vector<double> ref = {0.0, 1.0, 2.0};
+  EXPECT_FALSE(check::judge({0.0, 1.0}, ref, {0.0, 1.0}, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge(ref, ref, {0.0, 1.0}, DType::kFloat32).pass);
+  EXPECT_FALSE(check::judge(ref, ref, {0.0, std::nan(""), 2.0}, DType::kFloat32).pass);
+}
+
 // Arguments that validate; only the fields make_problem reads matter.
-ForwardArgs args_of(int64_t head_dim, float scale, bool causal, int left, int right, float softcap) {
-  static std::vector<float> q(2 * 7 * 4 * 256), k(2 * 9 * 2 * 256), out(q.size());
+// head_dim_v 0 = head_dim.
+ForwardArgs args_of(int64_t head_dim, float scale, bool causal, int left, int right, float softcap,
+                    int64_t head_dim_v = 0) {
+  static std::vector<float> q(2 * 7 * 4 * 256), k(2 * 9 * 2 * 256), v(k.size()), out(q.size());
+  const int64_t dv = head_dim_v > 0 ? head_dim_v : head_dim;
   ForwardArgs a;
   a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 2, 7, 4, head_dim);
   a.k = make_view(k.data(), DType::kFloat32, Device::cpu(), 2, 9, 2, head_dim);
-  a.v = a.k;
-  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 2, 7, 4, head_dim);
+  a.v = make_view(v.data(), DType::kFloat32, Device::cpu(), 2, 9, 2, dv);
+  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 2, 7, 4, dv);
   a.softmax_scale = scale;
   a.causal = causal;
   a.window_left = left;
@@ -57,7 +69,8 @@ ForwardArgs args_of(int64_t head_dim, float scale, bool causal, int left, int ri
 TEST(ProblemFromArgs, MatchesValidation) {
   for (const ForwardArgs& a : {args_of(128, 0.0f, false, -1, -1, 0.0f), args_of(96, 0.0f, true, -1, -1, 0.0f),
                                args_of(64, 0.3f, true, 5, 3, 20.0f), args_of(8, 0.0f, false, 2, 0, 0.0f),
-                               args_of(256, 0.0f, true, -1, 4, 0.0f)}) {
+                               args_of(256, 0.0f, true, -1, 4, 0.0f), args_of(192, 0.0f, true, -1, -1, 0.0f, 128),
+                               args_of(128, 0.0f, false, 3, 3, 0.0f, 64), args_of(64, 0.0f, false, -1, -1, 0.0f, 256)}) {
     const detail::Problem want = detail::validate(a), got = check::make_problem(a);
     EXPECT_EQ(got.batch, want.batch);
     EXPECT_EQ(got.seqlen_q, want.seqlen_q);
@@ -65,6 +78,7 @@ TEST(ProblemFromArgs, MatchesValidation) {
     EXPECT_EQ(got.heads, want.heads);
     EXPECT_EQ(got.heads_kv, want.heads_kv);
     EXPECT_EQ(got.head_dim, want.head_dim);
+    EXPECT_EQ(got.head_dim_v, want.head_dim_v);
     EXPECT_EQ(got.softmax_scale, want.softmax_scale);  // bit-identical, the default included
     EXPECT_EQ(got.softcap, want.softcap);
     EXPECT_EQ(got.causal, want.causal);
@@ -76,13 +90,13 @@ TEST(ProblemFromArgs, MatchesValidation) {
 }
 
 TEST(ProblemFromArgs, MatchesValidationForPackedBatchesWithSink) {
-  static std::vector<float> q(9 * 4 * 64), k(12 * 2 * 64), out(q.size()), sink(4);
+  static std::vector<float> q(9 * 4 * 64), k(12 * 2 * 64), v(12 * 2 * 32), out(9 * 4 * 32), sink(4);
   static std::vector<int> cu_q = {0, 4, 4, 9}, cu_k = {0, 5, 11, 12}, used_k = {5, 3, 1};
   ForwardArgs a;
   a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 9, 4, 64);
   a.k = make_view(k.data(), DType::kFloat32, Device::cpu(), 12, 2, 64);
-  a.v = a.k;
-  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 9, 4, 64);
+  a.v = make_view(v.data(), DType::kFloat32, Device::cpu(), 12, 2, 32);
+  a.out = make_view(out.data(), DType::kFloat32, Device::cpu(), 9, 4, 32);
   a.cu_seqlens_q = make_view(cu_q.data(), DType::kInt32, Device::cpu(), 4);
   a.cu_seqlens_k = make_view(cu_k.data(), DType::kInt32, Device::cpu(), 4);
   a.seqused_k = make_view(used_k.data(), DType::kInt32, Device::cpu(), 3);
@@ -99,6 +113,8 @@ TEST(ProblemFromArgs, MatchesValidationForPackedBatchesWithSink) {
   EXPECT_EQ(got.heads, want.heads);
   EXPECT_EQ(got.heads_kv, want.heads_kv);
   EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.head_dim_v, want.head_dim_v);
+  EXPECT_EQ(want.head_dim_v, 32);
   EXPECT_EQ(got.cu_seqlens_q, want.cu_seqlens_q);
   EXPECT_EQ(got.cu_seqlens_k, want.cu_seqlens_k);
   EXPECT_EQ(got.seqused_q, want.seqused_q);

@@ -141,6 +141,12 @@ TEST(KvCacheValidation, CacheLengths) {
 TEST(KvCacheValidation, Tensors) {
   const KvCaseSpec s = paged_spec();
   expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v}) t->dtype = DType::kFloat8E4M3;
+      },
+      "q.dtype is float8_e4m3fn but KV-cache attention takes fp32, fp16 or bf16");
+  expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.v = TensorView{}; }, "k is set but v is not");
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.k.shape[2] = 1; }, "k.shape[2] (heads_kv)");

@@ -42,6 +42,8 @@ struct Buffer {
 struct Shape {
   int64_t batch = 2, seqlen_q = 5, seqlen_k = 7, heads = 4, heads_kv = 2, head_dim = 16;
   DType dtype = DType::kBFloat16;
+  int64_t head_dim_v = 0;  // v's, out's (and dout's, dv's) head dim; 0 = head_dim
+  int64_t dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 struct ForwardCase {
@@ -51,8 +53,8 @@ struct ForwardCase {
   explicit ForwardCase(Shape s = {})
       : q(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
         k(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-        v(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-        out(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
+        v(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.dv()),
+        out(s.dtype, s.batch, s.seqlen_q, s.heads, s.dv()),
         lse(DType::kFloat32, s.batch, s.heads, s.seqlen_q) {
     args.q = q.view;
     args.k = k.view;
@@ -68,15 +70,15 @@ struct BackwardCase {
   BackwardArgs args;
 
   explicit BackwardCase(Shape s = {})
-      : dout(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
+      : dout(s.dtype, s.batch, s.seqlen_q, s.heads, s.dv()),
         q(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
         k(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-        v(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-        out(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
+        v(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.dv()),
+        out(s.dtype, s.batch, s.seqlen_q, s.heads, s.dv()),
         lse(DType::kFloat32, s.batch, s.heads, s.seqlen_q),
         dq(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim),
         dk(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-        dv(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim) {
+        dv(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.dv()) {
     args.dout = dout.view;
     args.q = q.view;
     args.k = k.view;
@@ -171,9 +173,58 @@ TEST(ValidateForward, RejectsKvShapeMismatch) {
   ForwardCase c2;
   c2.args.v.shape[2] = 1;
   expect_invalid(c2, {"v.shape[2] (heads)"});
-  ForwardCase c3;
+  ForwardCase c3;  // v may have its own head_dim, but out must then have it too
   c3.args.v.shape[3] = 8;
-  expect_invalid(c3, {"v.shape[3] (head_dim)"});
+  expect_invalid(c3, {"out.shape[3] (head_dim) = 16 but v.shape[3] = 8", "out's head_dim must be v's"});
+}
+
+// ---- head_dim_v != head_dim ------------------------------------------------------------------------------
+
+TEST(ValidateHeadDimV, SplitHeadDimsAreValid) {
+  for (auto [d, dv] : {std::pair{192, 128}, std::pair{128, 64}, std::pair{64, 256}, std::pair{96, 8}}) {
+    ForwardCase f(Shape{.head_dim = d, .head_dim_v = dv});
+    const detail::Problem p = detail::validate(f.args);
+    EXPECT_EQ(p.head_dim, d);
+    EXPECT_EQ(p.head_dim_v, dv);
+    EXPECT_EQ(p.softmax_scale, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))));  // q.k's width
+    BackwardCase b(Shape{.head_dim = d, .head_dim_v = dv});
+    EXPECT_EQ(detail::validate(b.args).head_dim_v, dv);
+  }
+}
+
+TEST(ValidateHeadDimV, RejectsBadValueHeadDims) {
+  for (int64_t dv : {4, 12, 100, 264}) {
+    ForwardCase c(Shape{.head_dim = 64, .head_dim_v = dv});
+    expect_invalid(c, {"v.shape[3] (head_dim) = " + std::to_string(dv), "multiple of 8 in [8, 256]"});
+  }
+}
+
+TEST(ValidateHeadDimV, ForwardOutTakesVsHeadDim) {
+  ForwardCase c(Shape{.head_dim = 192, .head_dim_v = 128});
+  c.args.out.shape[3] = 192;  // q's head_dim, not v's
+  expect_invalid(c, {"out.shape[3] (head_dim) = 192 but v.shape[3] = 128"});
+  ForwardCase c2(Shape{.head_dim = 192, .head_dim_v = 128});
+  c2.args.k.shape[3] = 128;  // k must keep q's
+  expect_invalid(c2, {"k.shape[3] (head_dim) = 128 but q.shape[3] = 192", "q and k must share head_dim"});
+}
+
+TEST(ValidateHeadDimV, BackwardTensorsTakeTheirInputsHeadDims) {
+  const Shape split{.head_dim = 192, .head_dim_v = 128};
+  BackwardCase c(split);
+  c.args.dout.shape[3] = 192;
+  expect_invalid(c, {"dout.shape[3] (head_dim) = 192 but v.shape[3] = 128", "dout's head_dim must be v's"});
+  BackwardCase c2(split);
+  c2.args.out.shape[3] = 192;
+  expect_invalid(c2, {"out.shape[3] (head_dim) = 192 but v.shape[3] = 128"});
+  BackwardCase c3(split);
+  c3.args.dv.shape[3] = 192;
+  expect_invalid(c3, {"dv.shape[3] (head_dim) = 192 but v.shape[3] = 128"});
+  BackwardCase c4(split);
+  c4.args.dk.shape[3] = 128;
+  expect_invalid(c4, {"dk.shape[3] (head_dim) = 128 but k.shape[3] = 192"});
+  BackwardCase c5(split);
+  c5.args.dq.shape[3] = 128;
+  expect_invalid(c5, {"dq.shape[3] (head_dim) = 128 but q.shape[3] = 192"});
 }
 
 TEST(ValidateForward, RejectsOutShapeMismatch) {
@@ -442,7 +493,7 @@ TEST(ValidateBackward, RejectsMismatchedShapes) {
   expect_invalid(c, {"dq.shape[2] (heads)"});
   BackwardCase c2;
   c2.args.dv.shape[1] = 3;
-  expect_invalid(c2, {"dv.shape[1] (seqlen)", "k.shape[1] = 7"});
+  expect_invalid(c2, {"dv.shape[1] (seqlen)", "v.shape[1] = 7"});
   BackwardCase c3;
   c3.args.out.shape[0] = 1;
   expect_invalid(c3, {"out.shape[0] (batch)"});

@@ -112,22 +112,12 @@ void run_backward(const VarlenSpec& s) {
   ASSERT_TRUE(dev.ok());
   const BackwardArgs args = dev.backward_args(s, t);
   const Support support = can_implement(args);
-  // The GPU backward does not run packed batches yet: it must refuse them clearly, write nothing and not crash.
-  EXPECT_FALSE(support.ok);
-  EXPECT_NE(support.reason.find("variable-length"), std::string::npos) << support.reason;
-  EXPECT_THROW(backward(args), Error);
-  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) {
-    FLASH4_TEST_CUDA(dev.download(*h));
-    for (double x : h->to_double()) ASSERT_TRUE(std::isnan(x)) << "the refused backward wrote an output";
-  }
-  if (support.ok) {  // once the GPU backward runs packed batches, this is the check
-    backward(args);
+  ASSERT_TRUE(support.ok) << support.reason;
+  backward(args);
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) FLASH4_TEST_CUDA(dev.download(*h));
   if (t.dsink) FLASH4_TEST_CUDA(dev.download(*t.dsink));
   EXPECT_TRUE(check_varlen_backward(s, t));
-  }
 }
 
 template <class Change>
@@ -219,9 +209,8 @@ std::vector<uint16_t> bits(const HostTensor& h) {
   return b;
 }
 
-// A packed forward equals the per-sequence dense calls bit for bit (out); the backward joins this comparison
-// when the GPU backward runs packed batches.
-TEST(VarlenGpuDeterminism, ForwardEqualsPerSequenceDenseCalls) {
+// Deterministic mode: a packed call equals the per-sequence dense calls bit for bit (out, dq, dk, dv).
+TEST(VarlenGpuDeterminism, EqualsPerSequenceDenseCalls) {
   FLASH4_REQUIRE_GPU();
   const VarlenSpec s = varlen({300, 1, 129, 64}, {350, 33, 129, 700}, 4, 2, 128, kBF16, [](VarlenSpec& x) {
     x.causal = true, x.deterministic = true, x.sink = true;
@@ -233,9 +222,10 @@ TEST(VarlenGpuDeterminism, ForwardEqualsPerSequenceDenseCalls) {
   const ForwardArgs fa = dev.forward_args(s, t);
   ASSERT_TRUE(can_implement(fa).ok) << can_implement(fa).reason;
   forward(fa);
+  backward(dev.backward_args(s, t));
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(dev.download(t.out));
-  const std::vector<uint16_t> out = bits(t.out);
+  for (HostTensor* h : {&t.out, &*t.dq, &*t.dk}) FLASH4_TEST_CUDA(dev.download(*h));
+  const std::vector<uint16_t> out = bits(t.out), dq = bits(*t.dq), dk = bits(*t.dk);
   const int64_t d = s.head_dim;
   int64_t q0 = 0, k0 = 0;
   for (int64_t b = 0; b < s.batch(); ++b) {
@@ -267,10 +257,18 @@ TEST(VarlenGpuDeterminism, ForwardEqualsPerSequenceDenseCalls) {
     f.causal = true;
     f.learnable_sink = udev.view(*u.sink);
     forward(f);
+    BackwardArgs g;
+    g.q = f.q, g.k = f.k, g.v = f.v, g.out = f.out, g.lse = f.lse, g.causal = true, g.deterministic = true;
+    g.dout = dense(*u.dout, sq, s.heads), g.dq = dense(*u.dq, sq, s.heads);
+    g.dk = dense(*u.dk, sk, s.heads_kv), g.dv = dense(*u.dv, sk, s.heads_kv);
+    g.learnable_sink = f.learnable_sink;
+    backward(g);
     FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-    FLASH4_TEST_CUDA(udev.download(u.out));
-    const std::vector<uint16_t> uo = bits(u.out);
+    for (HostTensor* h : {&u.out, &*u.dq, &*u.dk}) FLASH4_TEST_CUDA(udev.download(*h));
+    const std::vector<uint16_t> uo = bits(u.out), udq = bits(*u.dq), udk = bits(*u.dk);
     for (size_t i = 0; i < uo.size(); ++i) ASSERT_EQ(uo[i], out[q0 * s.heads * d + i]) << "out, segment " << b;
+    for (size_t i = 0; i < udq.size(); ++i) ASSERT_EQ(udq[i], dq[q0 * s.heads * d + i]) << "dq, segment " << b;
+    for (size_t i = 0; i < udk.size(); ++i) ASSERT_EQ(udk[i], dk[k0 * s.heads_kv * d + i]) << "dk, segment " << b;
     q0 += sq;
     k0 += sk;
   }
@@ -336,9 +334,7 @@ TEST(VarlenGpuClamping, CorruptDeviceOffsetsStayInBounds) {
   for (TensorView* v : {&fa.lse, &ba.lse}) v->shape[1] = total;  // (heads, total_q) with row stride total + guard
   ASSERT_TRUE(can_implement(fa).ok) << can_implement(fa).reason;
   forward(fa);
-  // The GPU backward refuses packed batches for now (nothing written); its outputs' guard rows are checked too.
-  if (can_implement(ba).ok) backward(ba);
-  else EXPECT_THROW(backward(ba), Error);
+  backward(ba);
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   for (HostTensor* h : {&t.out, &*t.dq, &*t.dk, &*t.dv}) {
     FLASH4_TEST_CUDA(dev.download(*h));

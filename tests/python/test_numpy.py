@@ -274,7 +274,9 @@ def test_error_output_aliases_input_and_is_untouched():
 def test_error_output_shape():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="out must have the shape of q"):
-        flash4.forward(q, k, v, np.empty((1, 8, 2, 32), np.float32))
+        flash4.forward(q, k, v, np.empty((1, 7, 2, 64), np.float32))
+    with pytest.raises(ValueError, match=r"out.shape\[3\] \(head_dim\) = 32 but v.shape\[3\] = 64"):
+        flash4.forward(q, k, v, np.empty((1, 8, 2, 32), np.float32))  # out takes v's head dim
 
 
 def test_error_lse_dtype():

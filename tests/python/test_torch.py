@@ -74,8 +74,9 @@ class Case:
     """Inputs of one attention problem on `device` in `dtype`, and flash4's, the reference's and the naive
     baseline's results."""
 
-    def __init__(self, shape, mask, dtype, device, seed=0):
+    def __init__(self, shape, mask, dtype, device, seed=0, dim_v=None):
         batch, seqlen_q, seqlen_k, heads, heads_kv, dim = shape
+        dim_v = dim if dim_v is None else dim_v  # v's and out's head dim
         self.causal, self.window, self.softcap = mask
         self.dtype, self.dtype_name = dtype, DTYPE_NAMES[dtype]
         self.scale = dim**-0.5
@@ -86,8 +87,8 @@ class Case:
 
         self.q = make(batch, seqlen_q, heads, dim)
         self.k = make(batch, seqlen_k, heads_kv, dim)
-        self.v = make(batch, seqlen_k, heads_kv, dim)
-        self.dout = make(batch, seqlen_q, heads, dim)
+        self.v = make(batch, seqlen_k, heads_kv, dim_v)
+        self.dout = make(batch, seqlen_q, heads, dim_v)
 
     def options(self):
         return {"causal": self.causal, "window_size": self.window, "softcap": self.softcap}
@@ -118,7 +119,7 @@ class Case:
 
     def check(self, backward):
         out, lse, grads = self.run_flash4(backward)
-        assert out.dtype == self.dtype and out.shape == self.q.shape
+        assert out.dtype == self.dtype and out.shape == self.q.shape[:-1] + self.v.shape[-1:]
         assert lse.dtype == torch.float32 and lse.shape == (self.q.shape[0], self.q.shape[2], self.q.shape[1])
         ref_out, ref_lse, ref_grads = self.run_reference(backward)
         naive_out, naive_lse, naive_grads = self.run_naive(backward)

@@ -7,6 +7,10 @@ holds), forward and backward, with the sharding helpers for the load-balanced "z
     out = f4d.ring_flash_attn_func(q, k, v, group, causal=True)                 # this rank's rows
     full = f4d.unshard_sequence(out, group)                                       # for inspection
 
+Packed batches (documents of different lengths in one token stream, as flash4.flash_attn_varlen_func takes
+them): ring_flash_attn_varlen_func with shard_varlen / unshard_varlen / varlen_positions, every document cut
+per rank.
+
 See docs/context_parallel.md.
 """
 
@@ -20,14 +24,34 @@ from ._layout import (
     unshard_from_shards,
     unshard_sequence,
 )
+from ._varlen_api import ring_flash_attn_varlen_func
+from ._varlen_layout import (
+    shard_varlen,
+    shard_varlen_for_rank,
+    unshard_varlen,
+    unshard_varlen_from_shards,
+    varlen_cu_seqlens_for_rank,
+    varlen_positions,
+    varlen_positions_for_rank,
+    varlen_token_indices_for_rank,
+)
 
 __all__ = [
     "LAYOUTS",
     "ring_flash_attn_func",
+    "ring_flash_attn_varlen_func",
     "sequence_positions",
     "sequence_positions_for_rank",
     "shard_sequence",
     "shard_sequence_for_rank",
+    "shard_varlen",
+    "shard_varlen_for_rank",
     "unshard_from_shards",
     "unshard_sequence",
+    "unshard_varlen",
+    "unshard_varlen_from_shards",
+    "varlen_cu_seqlens_for_rank",
+    "varlen_positions",
+    "varlen_positions_for_rank",
+    "varlen_token_indices_for_rank",
 ]

@@ -28,9 +28,10 @@ def _usable_gradient(dout, out):
 
 
 def ring_forward(q, k, v, ring, plans, softmax_scale, softcap, deterministic):
-    """(out, lse) of this rank's queries against every K/V shard of the ring; out like q, lse float32."""
-    batch, local_seqlen, heads, head_dim = q.shape
-    out_acc, lse_acc = empty_attention_accumulator(batch, local_seqlen, heads, head_dim, q.device)
+    """(out, lse) of this rank's queries against every K/V shard of the ring; out like q with v's head dim, lse
+    float32."""
+    batch, local_seqlen, heads, _ = q.shape
+    out_acc, lse_acc = empty_attention_accumulator(batch, local_seqlen, heads, v.shape[-1], q.device)
     kv = [k.contiguous(), v.contiguous()]
     for step, plan in enumerate(plans):
         # The next shard arrives while this one is computed on.

@@ -29,12 +29,16 @@ class Ring:
         else:
             work.wait(self.timeout)
 
-    def start_exchange(self, tensors: Sequence[torch.Tensor], tag: int) -> "PendingExchange":
+    def start_exchange(self, tensors: Sequence[torch.Tensor], tag: int, receive_rows=None) -> "PendingExchange":
         """Sends `tensors` (contiguous) to the next rank and receives tensors of the same shapes and dtypes
-        from the previous one, asynchronously. `tag` separates the ring's message streams (K/V, dK/dV) on
-        backends that match messages by tag; streams started in the same order on every rank also match on
-        those that do not (NCCL)."""
-        received = [torch.empty_like(t) for t in tensors]
+        from the previous one, asynchronously (with receive_rows: of that many rows in dimension 0, for the
+        packed shards, whose lengths differ from rank to rank). `tag` separates the ring's message streams
+        (K/V, dK/dV) on backends that match messages by tag; streams started in the same order on every rank
+        also match on those that do not (NCCL)."""
+        if receive_rows is None:
+            received = [torch.empty_like(t) for t in tensors]
+        else:
+            received = [t.new_empty((receive_rows,) + tuple(t.shape[1:])) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, self.next_rank, self.group, tag) for t in tensors]
         ops += [dist.P2POp(dist.irecv, r, self.prev_rank, self.group, tag) for r in received]
         return PendingExchange(dist.batch_isend_irecv(ops), received, self)
@@ -68,8 +72,9 @@ def _float_bits(x):
     return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
-def call_signature(q, k, v, options: dict) -> List[tuple]:
-    """(name, int value) pairs that must be equal on every rank of the ring for one call."""
+def call_signature(q, k, v, options: dict, shape_dims=(0, 1, 2, 3)) -> List[tuple]:
+    """(name, int value) pairs that must be equal on every rank of the ring for one call (of the shapes, the
+    dimensions shape_dims: a packed shard's token count differs from rank to rank)."""
     fields = []
     for name, t in (("q", q), ("k", k), ("v", v)):
         is_tensor = isinstance(t, torch.Tensor)
@@ -78,7 +83,8 @@ def call_signature(q, k, v, options: dict) -> List[tuple]:
         fields.append((f"{name}.dim()", dims))
         shape = list(t.shape) if is_tensor else []
         for d, size in enumerate((shape + [-1] * 4)[:4]):
-            fields.append((f"{name}.shape[{d}]", size))
+            if d in shape_dims:
+                fields.append((f"{name}.shape[{d}]", size))
         fields.append((f"{name}.dtype", _DTYPES.index(t.dtype) if is_tensor and t.dtype in _DTYPES else -1))
         fields.append((f"{name}.device.type", ("cpu", "cuda").index(t.device.type)
                        if is_tensor and t.device.type in ("cpu", "cuda") else -1))
@@ -104,18 +110,39 @@ def _describe(name, value):
     return str(value)
 
 
-def check_same_call(ring: Ring, signature: List[tuple], device, caller):
+_MESSAGE_WORDS = 64  # int64 words (512 bytes) of a rank's own error message that travel with its signature
+
+
+def _encode_message(message):
+    data = (message or "").encode()[: 8 * _MESSAGE_WORDS].ljust(8 * _MESSAGE_WORDS, b"\0")
+    return list(struct.unpack(f"<{_MESSAGE_WORDS}q", data))
+
+
+def _decode_message(words):
+    data = struct.pack(f"<{_MESSAGE_WORDS}q", *words)
+    return data.rstrip(b"\0").decode(errors="replace")
+
+
+def check_same_call(ring: Ring, signature: List[tuple], device, caller, local_error=None):
     """Raises ValueError on every rank when the ranks' signatures differ (an all_gather on the group), naming
-    the first field that differs and each rank's value."""
-    values = torch.tensor([v for _, v in signature], dtype=torch.int64)
+    the first field that differs and each rank's value; then, in the same all_gather, when a rank found its
+    own arguments invalid (local_error: its message, checks whose outcome may differ between ranks), with
+    every such rank's message."""
+    values = torch.tensor([v for _, v in signature] + _encode_message(local_error), dtype=torch.int64)
     backend = dist.get_backend(ring.group)
     if backend == "nccl":
         values = values.to(device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device()))
     gathered = [torch.empty_like(values) for _ in range(ring.world_size)]
     ring.wait(dist.all_gather(gathered, values, group=ring.group, async_op=True))
     table = torch.stack(gathered).cpu()
+    messages = table[:, len(signature):]
+    table = table[:, : len(signature)]
     differs = (table != table[0]).any(dim=0).nonzero()
     if differs.numel() == 0:
+        errors = [f"rank {r}: {_decode_message(messages[r].tolist())}" for r in range(ring.world_size)
+                  if messages[r].any()]
+        if errors:
+            raise ValueError(f"{caller}: " + "; ".join(errors))
         return
     field = int(differs[0])
     name = signature[field][0]

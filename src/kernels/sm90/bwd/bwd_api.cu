@@ -35,6 +35,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_sequences.h"
 #include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -42,6 +43,7 @@
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm90/head_dims.h"
 #include "kernels/sm_count.h"
 #include "hw/sm90/tma_map.h"
 
@@ -79,8 +81,6 @@ class StreamWorkspace {
 
 constexpr size_t align256(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
-bool supported_bwd_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
-
 // Whether this build compiled the backward kernels of (Element, head_dim) (FLASH4_DTYPES x FLASH4_HEAD_DIMS).
 template <class T>
 constexpr bool compiled_bwd(int64_t head_dim) {
@@ -99,7 +99,7 @@ bool compiled_bwd_for(DType dtype, int64_t head_dim) {
 
 std::string compiled_bwd_head_dims(DType dtype) {
   std::string out;
-  for (int d : {64, 128, 256}) {
+  for (int64_t d : sm90::kKernelHeadDims) {
     if (compiled_bwd_for(dtype, d)) out += (out.empty() ? "" : ", ") + std::to_string(d);
   }
   return out.empty() ? "none" : out;
@@ -178,13 +178,12 @@ void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cuda
 }  // namespace
 
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
+  if (backward_needs_sequences(p)) return cuda_can_backward_sequences(args, p);  // one dense call per sequence
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
     return {false, "fp32 is not supported on the GPU; use bf16/fp16 or the CPU"};
-  if (!supported_bwd_head_dim(p.head_dim))
-    return {false, "head_dim " + std::to_string(p.head_dim) +
-                       " is not supported by the GPU backward (supported: 64, 128, 256; use the CPU)"};
+  if (const std::string why = sm90::head_dim_refusal(p, "backward"); !why.empty()) return {false, why};
   if (!compiled_bwd_for(args.q.dtype, p.head_dim))
     return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU backward (available for " +
                        dtype_name(args.q.dtype) + ": " + compiled_bwd_head_dims(args.q.dtype) + ")"};
@@ -207,6 +206,7 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
 }
 
 void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
+  if (backward_needs_sequences(p)) return cuda_backward_sequences(args, p, stream);
   using sm90::BwdParams;
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);

@@ -17,6 +17,7 @@
 #include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
+#include "kernels/sm90/head_dims.h"
 
 namespace flash4::sm90 {
 // Defined in fwd_launch.cuh and instantiated in the generated translation units.
@@ -44,7 +45,7 @@ bool compiled_fwd_for(DType dtype, int64_t head_dim, bool masked) {
 
 std::string compiled_head_dims(DType dtype) {
   std::string out;
-  for (int d : {64, 128, 256}) {
+  for (int64_t d : sm90::kKernelHeadDims) {
     if (compiled_fwd_for(dtype, d, false)) out += (out.empty() ? "" : ", ") + std::to_string(d);
   }
   return out.empty() ? "none" : out;
@@ -94,9 +95,13 @@ bool cuda_device_supported(int device_index) {
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
+  if (args.q.dtype == DType::kFloat8E4M3)
+    return {false, "the GPU forward does not run FP8 (float8_e4m3fn) yet, only bf16 and fp16; the CPU runs FP8 "
+                   "(dequantize, then compute)"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
     return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
                        "; use the CPU for fp32"};
+  if (const std::string why = sm90::head_dim_refusal(p, "forward"); !why.empty()) return {false, why};
   if (!compiled_fwd_for(args.q.dtype, p.head_dim, p.has_mask()))
     return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU forward (available for " +
                        dtype_name(args.q.dtype) + ": " + compiled_head_dims(args.q.dtype) + ")"};

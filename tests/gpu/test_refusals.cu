@@ -1,0 +1,102 @@
+// What the Hopper kernels do not take is refused by can_implement with the reason, and forward / backward then
+// throw kNotSupported and write nothing: head dims other than 64 / 128 / 256, v's head dim differing from q's,
+// and FP8 (float8_e4m3fn) inputs. The CPU runs all of them (tests/cpu/test_head_dims.cpp, test_fp8.cpp).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device_mirror.h"
+#include "flash4/api.h"
+
+namespace flash4::test {
+namespace {
+
+constexpr int64_t kBatch = 1, kSeq = 64, kHeads = 2;
+
+// Zeroed device buffers for one call; outputs filled with the byte 0xA5 so a write shows.
+struct DeviceCall {
+  std::vector<void*> buffers;
+  ~DeviceCall() {
+    for (void* p : buffers) cudaFree(p);
+  }
+  TensorView tensor(DType dtype, int64_t dim, bool output) {
+    const size_t bytes = static_cast<size_t>(kBatch * kSeq * kHeads * dim * dtype_size(dtype));
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return {};
+    cudaMemset(p, output ? 0xA5 : 0, bytes);
+    buffers.push_back(p);
+    return make_view(p, dtype, Device::cuda(0), kBatch, kSeq, kHeads, dim);
+  }
+  static bool untouched(const TensorView& t) {
+    std::vector<unsigned char> host(static_cast<size_t>(t.numel() * dtype_size(t.dtype)));
+    cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost);
+    for (unsigned char b : host)
+      if (b != 0xA5) return false;
+    return true;
+  }
+};
+
+bool hopper() { return cuda_available(0); }
+
+void expect_refused(const ForwardArgs& args, const std::string& reason) {
+  const Support s = can_implement(args);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
+  try {
+    forward(args);
+    ADD_FAILURE() << "forward ran what can_implement refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported) << e.what();
+  }
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(DeviceCall::untouched(args.out));
+}
+
+TEST(GpuRefusals, HeadDimsTheKernelsDoNotTake) {
+  if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
+  for (auto [d, dv] : {std::pair{96, 96}, std::pair{192, 192}, std::pair{192, 128}, std::pair{128, 64}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d) + ", head_dim_v " + std::to_string(dv));
+    DeviceCall call;
+    ForwardArgs f;
+    f.q = call.tensor(DType::kBFloat16, d, false);
+    f.k = call.tensor(DType::kBFloat16, d, false);
+    f.v = call.tensor(DType::kBFloat16, dv, false);
+    f.out = call.tensor(DType::kBFloat16, dv, true);
+    ASSERT_NE(f.out.data, nullptr);
+    expect_refused(f, "64, 128 or 256");
+    BackwardArgs b;
+    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out;
+    b.dout = call.tensor(DType::kBFloat16, dv, false);
+    std::vector<float> lse_host(kBatch * kHeads * kSeq, 0.0f);
+    void* lse = nullptr;
+    ASSERT_EQ(cudaMalloc(&lse, lse_host.size() * sizeof(float)), cudaSuccess);
+    call.buffers.push_back(lse);
+    b.lse = make_view(lse, DType::kFloat32, Device::cuda(0), kBatch, kHeads, kSeq);
+    b.dq = call.tensor(DType::kBFloat16, d, true);
+    b.dk = call.tensor(DType::kBFloat16, d, true);
+    b.dv = call.tensor(DType::kBFloat16, dv, true);
+    const Support s = can_implement(b);
+    EXPECT_FALSE(s.ok);
+    EXPECT_NE(s.reason.find("64, 128 or 256"), std::string::npos) << s.reason;
+    EXPECT_THROW(backward(b), Error);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(DeviceCall::untouched(b.dq) && DeviceCall::untouched(b.dk) && DeviceCall::untouched(b.dv));
+  }
+}
+
+TEST(GpuRefusals, Fp8Forward) {
+  if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
+  DeviceCall call;
+  ForwardArgs f;
+  f.q = call.tensor(DType::kFloat8E4M3, 128, false);
+  f.k = call.tensor(DType::kFloat8E4M3, 128, false);
+  f.v = call.tensor(DType::kFloat8E4M3, 128, false);
+  f.out = call.tensor(DType::kBFloat16, 128, true);
+  ASSERT_NE(f.out.data, nullptr);
+  expect_refused(f, "FP8 (float8_e4m3fn)");
+}
+
+}  // namespace
+}  // namespace flash4::test
