@@ -10,7 +10,8 @@ For one query row, attention over keys K = K_a ∪ K_b (disjoint) from the two p
 because each partial output is its keys' softmax-weighted sum of values normalized by exp(lse_part). A part
 that saw no key has lse = -inf (and out = 0) and gets weight 0; when both parts saw none, lse = -inf, out = 0.
 The merge is associative and commutative in exact arithmetic; in floating point a fixed merge order gives
-bit-identical results run to run.
+bit-identical results run to run. The C++ split-KV combine (src/common/lse_combine.h, docs/kvcache.md) applies the
+same formula to n parts at once.
 """
 
 import torch

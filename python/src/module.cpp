@@ -174,6 +174,9 @@ std::pair<bool, std::string> can_implement_backward(const InArray& dout, const I
   return {s.ok, s.reason};
 }
 
+// The KV-cache entry points (python/src/kvcache_module.cpp).
+void bind_kvcache(nb::module_& m);
+
 }  // namespace flash4::python
 
 NB_MODULE(_C, m) {
@@ -247,6 +250,7 @@ NB_MODULE(_C, m) {
       "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a, FLASH4_SEQUENCE_KWARGS,
       "dsink"_a.none() = nb::none(), "(ok, reason): whether the tensors' device can run this backward.");
 #undef FLASH4_SEQUENCE_KWARGS
+  py::bind_kvcache(m);
   m.def("cuda_available", &flash4::cuda_available, "device_index"_a = 0,
         "True when the library was built with CUDA and device `device_index` is a supported (sm_90) GPU.");
   m.def("version", &flash4::version, "Version of the C++ library.");

@@ -37,7 +37,7 @@ DType to_dtype(nb::dlpack::dtype t, const char* name, bool index_tensor) {
   }
   const std::string message = std::string(name) + " has dtype " + describe_dtype(t) +
                               "; flash4 takes float32, float16 or bfloat16 (lse, learnable_sink: float32; "
-                              "cu_seqlens, seqused: int32)";
+                              "cu_seqlens, seqused, block_table, cache_seqlens, cache_batch_idx: int32)";
   throw nb::type_error(message.c_str());
 }
 
@@ -59,8 +59,8 @@ const char* layout_of(int rank) {
 }
 
 template <typename Array>
-TensorView convert(const Array& a, const char* name, int rank) {
-  const DType dtype = to_dtype(a.dtype(), name, rank == kVectorRank);
+TensorView convert(const Array& a, const char* name, int rank, bool index_tensor) {
+  const DType dtype = to_dtype(a.dtype(), name, index_tensor);
   const Device device = to_device(a.device_type(), a.device_id(), name);
   if (static_cast<int>(a.ndim()) != rank) {
     const std::string message = std::string(name) + " must have " + std::to_string(rank) + " dimensions " +
@@ -86,7 +86,14 @@ TensorView convert(const Array& a, const char* name, int rank) {
 
 }  // namespace
 
-TensorView to_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) { return convert(a, name, rank); }
-TensorView to_view(const nb::ndarray<>& a, const char* name, int rank) { return convert(a, name, rank); }
+TensorView to_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
+  return convert(a, name, rank, rank == kVectorRank);
+}
+TensorView to_view(const nb::ndarray<>& a, const char* name, int rank) {
+  return convert(a, name, rank, rank == kVectorRank);
+}
+TensorView to_index_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
+  return convert(a, name, rank, true);
+}
 
 }  // namespace flash4::python

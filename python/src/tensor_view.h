@@ -22,5 +22,7 @@ constexpr int kVectorRank = 1;
 // they are (strides in elements); everything else is validated by the library itself.
 TensorView to_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
 TensorView to_view(const nanobind::ndarray<>& a, const char* name, int rank);
+// An index tensor of any rank (int32 accepted, e.g. a 2-D block table).
+TensorView to_index_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
 
 }  // namespace flash4::python

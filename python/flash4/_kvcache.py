@@ -1,0 +1,72 @@
+"""flash4.flash_attn_with_kvcache: KV-cache attention for inference with flash-attn's signature (the C++ entry
+point is flash4::forward_kvcache, include/flash4/kvcache.h; docs/kvcache.md). torch tensors only; the work runs
+through the custom op flash4::fwd_kvcache (python/flash4/_torch_kvcache.py), which torch.compile traces."""
+
+from ._api import _is_torch_tensor, normalize_options
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+    *,
+    learnable_sink=None,
+):
+    """Attention of new queries to a key/value cache, flash-attn's flash_attn_with_kvcache (forward only).
+
+    q: (batch, seqlen_q, heads, head_dim). k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or
+    with block_table (int32 (batch, max_pages)) a paged pool (num_pages, page_size, heads_kv, head_dim).
+    k, v: None or (batch, seqlen_new, heads_kv, head_dim): written into the caches IN PLACE at positions
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending. rotary_cos, rotary_sin:
+    (seqlen_ro, rotary_dim / 2), q's dtype, only with k: rotate the new keys at their positions and q at
+    cache_seqlens + i (causal or windowed) or at cache_seqlens (otherwise); rotary_interleaved picks the
+    pairs (0, 1), (2, 3), ... or GPT-NeoX's (i, i + rotary_dim / 2). cache_seqlens: int or int32 (batch,) keys
+    already cached (None = the whole cache). cache_batch_idx: int32 (batch,) cache rows of a contiguous cache.
+    int64 index tensors are converted to int32.
+    causal is aligned bottom-right (the queries are the last positions); window_size (left, right), -1 =
+    unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
+    by their LSE); learnable_sink: None or float32 (heads,). Returns out (like q) or (out, lse) with lse
+    (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes (flash-attn's) are
+    not implemented and must be None. The GPU path is not implemented yet: CUDA tensors raise
+    NotImplementedError.
+    """
+    if cache_leftpad is not None:
+        raise NotImplementedError("flash4 does not implement cache_leftpad; it must be None")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    if not _is_torch_tensor(q):
+        raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
+    from . import _torch_kvcache
+
+    scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    if cache_seqlens is None:
+        seqlens, seqlen = None, -1
+    elif isinstance(cache_seqlens, int):
+        seqlens, seqlen = None, int(cache_seqlens)
+    else:
+        seqlens, seqlen = cache_seqlens, -1
+    import torch
+
+    # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
+    as_int32 = lambda t: t.to(torch.int32) if t is not None and t.dtype == torch.int64 else t  # noqa: E731
+    seqlens, cache_batch_idx, block_table = as_int32(seqlens), as_int32(cache_batch_idx), as_int32(block_table)
+    out, lse = _torch_kvcache.fwd_kvcache(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
+        learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), int(num_splits))
+    return (out, lse) if return_softmax_lse else out

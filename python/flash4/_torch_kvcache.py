@@ -1,0 +1,63 @@
+"""The torch custom op flash4::fwd_kvcache behind flash4.flash_attn_with_kvcache: it mutates k_cache and v_cache
+(the append) and returns out and lse; its fake implementation lets torch.compile trace it without a graph
+break. Imported the first time flash_attn_with_kvcache sees torch tensors."""
+
+from typing import Optional
+
+import torch
+from torch.utils.dlpack import to_dlpack
+
+from ._native import _C
+from ._torch_ops import _last_dim_contiguous, _stream
+
+Tensor = torch.Tensor
+
+
+def _dl(t):
+    return None if t is None else to_dlpack(t)
+
+
+@torch.library.custom_op("flash4::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Optional[Tensor],
+    cache_seqlen: int,
+    cache_batch_idx: Optional[Tensor],
+    block_table: Optional[Tensor],
+    learnable_sink: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    num_splits: int,
+) -> tuple[Tensor, Tensor]:
+    # Inputs need a unit stride in the last dimension only; the caches are written in place, so they are not
+    # copied (the library refuses them if that stride is not 1).
+    q, k, v, rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t)
+                                       for t in (q, k, v, rotary_cos, rotary_sin))
+    cache_seqlens, cache_batch_idx, block_table, learnable_sink = (
+        None if t is None else t.contiguous() for t in (cache_seqlens, cache_batch_idx, block_table, learnable_sink))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
+                       _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
+                       to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal, window_left,
+                       window_right, softcap, rotary_interleaved, num_splits, _stream(q))
+    return out, lse
+
+
+@fwd_kvcache.register_fake
+def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
+                      cache_batch_idx, block_table, learnable_sink, softmax_scale, causal, window_left, window_right,
+                      softcap, rotary_interleaved, num_splits):
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse

@@ -1,0 +1,17 @@
+// The internal contract of KV-cache attention between the API layer (src/api/kvcache_api.cpp) and the backends,
+// apart from backends.h so the dense/packed contract stays as it is.
+#pragma once
+
+#include "common/kvcache_problem.h"
+#include "flash4/kvcache.h"
+
+namespace flash4::detail {
+
+// Validates everything visible on the host (throws Error(kInvalidArgument) naming the argument) and returns the
+// normalized problem. Defined in src/api/validate_kvcache.cpp.
+KvCacheProblem validate(const KvCacheArgs& args);
+
+// CPU backend (src/cpu/kvcache_forward.cpp): append (with rotary), split-KV attention, LSE combine.
+void cpu_forward_kvcache(const KvCacheArgs& args, const KvCacheProblem& p);
+
+}  // namespace flash4::detail

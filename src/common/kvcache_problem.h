@@ -1,0 +1,64 @@
+// The normalized KV-cache attention problem every backend receives after validation (src/api/validate_kvcache.cpp):
+// the attention sizes, mask and score transform (Problem, with seqlen_k = the cache's capacity), and where each
+// sequence's keys lie (PagedKeys) and how many there are. Plain data, usable on host and device; index pointers live
+// on the tensors' device and are clamped when read (flash4/kvcache.h).
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_device.h"
+#include "common/paged_keys.h"
+#include "common/problem.h"
+
+namespace flash4::detail {
+
+struct KvCacheProblem {
+  Problem attention;  // batch, seqlen_q, heads, heads_kv, head_dim, scale, softcap, window, sink;
+                      // seqlen_k = capacity (keys a sequence can hold)
+  bool paged = false;
+  int64_t num_slots = 0;                 // batch_cache (contiguous) or num_pages (paged): the caches' first dimension
+  int64_t page_size = 0;                 // paged: rows per page; contiguous: seqlen_cache
+  int64_t max_pages = 1;                 // paged: block_table.shape[1]
+  int64_t capacity = 0;                  // keys a sequence can hold: seqlen_cache or max_pages * page_size
+  int64_t seqlen_new = 0;                // keys appended per sequence (0 without k, v)
+  const int* cache_seqlens = nullptr;    // (batch) or null: then every sequence has cache_seqlen keys
+  int64_t cache_seqlen = 0;              // resolved (never -1)
+  const int* cache_batch_idx = nullptr;  // (batch) or null = identity
+  const int* block_table = nullptr;      // (batch, max_pages) rows block_table_stride apart
+  int64_t block_table_stride = 0;
+  int64_t rotary_dim = 0;  // 0 = no rotary
+  int64_t seqlen_ro = 0;   // rows of the cos / sin tables
+  bool rotary_interleaved = true;
+  int num_splits = 0;  // as requested (0 = automatic)
+
+  // Keys in sequence b's cache before the append, clamped so that the append fits: [0, capacity - seqlen_new].
+  FLASH4_HD int64_t cache_length(int64_t b) const {
+    const int64_t n = cache_seqlens != nullptr ? cache_seqlens[b] : cache_seqlen;
+    const int64_t max = capacity - seqlen_new;
+    return n < 0 ? 0 : n > max ? max : n;
+  }
+  // Keys sequence b attends to: its cache and the appended keys.
+  FLASH4_HD int64_t seqlen_k(int64_t b) const { return cache_length(b) + seqlen_new; }
+
+  // Where sequence b's keys lie in the caches.
+  FLASH4_HD PagedKeys keys(int64_t b) const {
+    if (paged) return PagedKeys::paged(block_table + b * block_table_stride, page_size, max_pages, num_slots);
+    int64_t slot = cache_batch_idx != nullptr ? cache_batch_idx[b] : b;
+    slot = slot < 0 ? 0 : slot > num_slots - 1 ? num_slots - 1 : slot;
+    return PagedKeys::contiguous(slot, page_size, num_slots);
+  }
+
+  // Whether q row i takes its rotary angle at cache_length + i (causal or windowed) or at cache_length.
+  FLASH4_HD bool rotary_q_per_row() const { return window().any(); }
+  // Row of the cos / sin tables for position `pos` (clamped: device-resident lengths are not checked).
+  FLASH4_HD int64_t rotary_row(int64_t pos) const { return pos < 0 ? 0 : pos > seqlen_ro - 1 ? seqlen_ro - 1 : pos; }
+
+  // The mask inside sequence b (bottom-right aligned with its keys after the append).
+  FLASH4_HD SequenceMask sequence_mask(int64_t b) const {
+    return SequenceMask::make(window(), attention.seqlen_q, seqlen_k(b));
+  }
+  // The call's mask (causal folded in). Problem's own accessors are host-only.
+  FLASH4_HD AttentionMask window() const { return {attention.window_left, attention.window_right}; }
+};
+
+}  // namespace flash4::detail

@@ -1,0 +1,57 @@
+// Where key position j of one sequence lives in a key/value cache: the page-table extension of the sequence
+// policy (common/sequence.h). A contiguous cache (batch_cache, seqlen_cache, heads_kv, head_dim) is the case of
+// one page per sequence (its cache row) of seqlen_cache rows; a paged cache (num_pages, page_size, heads_kv,
+// head_dim) maps j through the sequence's row of the block table. Both answer (slot, row): the index into the
+// cache's first and second dimensions.
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace flash4::detail {
+
+struct CacheRow {
+  int64_t slot = 0;  // cache batch row (contiguous) or page (paged)
+  int64_t row = 0;   // position inside it
+};
+
+struct PagedKeys {
+  const int* block_table = nullptr;  // this sequence's row of the page table; null = contiguous
+  int64_t slot = 0;                  // contiguous: the sequence's cache row (already clamped)
+  int64_t page_size = 0;             // paged: rows per page; contiguous: seqlen_cache
+  int64_t max_pages = 1;             // entries in the block table row (contiguous: 1)
+  int64_t num_slots = 1;             // pages in the pool (paged) or batch_cache (contiguous)
+
+  // Device-resident page numbers cannot be checked without a synchronisation, so they are clamped to
+  // [0, num_slots - 1]: a bad table reads a wrong page, never outside the pool. j must be < capacity().
+  FLASH4_HD CacheRow at(int64_t j) const {
+    if (block_table == nullptr) return {slot, j};
+    int64_t page_index = j / page_size;
+    if (page_index > max_pages - 1) page_index = max_pages - 1;
+    return {clamp_slot(block_table[page_index]), j - (j / page_size) * page_size};
+  }
+  // Keys the sequence can hold.
+  FLASH4_HD int64_t capacity() const { return block_table == nullptr ? page_size : page_size * max_pages; }
+
+  FLASH4_HD static PagedKeys contiguous(int64_t slot, int64_t seqlen_cache, int64_t batch_cache) {
+    PagedKeys k;
+    k.slot = slot;
+    k.page_size = seqlen_cache;
+    k.num_slots = batch_cache;
+    return k;
+  }
+  FLASH4_HD static PagedKeys paged(const int* table_row, int64_t page_size, int64_t max_pages, int64_t num_pages) {
+    PagedKeys k;
+    k.block_table = table_row;
+    k.page_size = page_size;
+    k.max_pages = max_pages;
+    k.num_slots = num_pages;
+    return k;
+  }
+
+ private:
+  FLASH4_HD int64_t clamp_slot(int64_t s) const { return s < 0 ? 0 : s > num_slots - 1 ? num_slots - 1 : s; }
+};
+
+}  // namespace flash4::detail

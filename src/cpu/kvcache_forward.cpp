@@ -1,0 +1,219 @@
+// CPU KV-cache attention (flash4/kvcache.h): append the new keys and values to the cache (rotated when asked),
+// then split-KV attention: one task per (sequence, head, 64-row query tile, split) streams its part of the
+// sequence's keys through an online softmax into a partial output and LSE (fp32), and a combine step merges the
+// splits by their LSE (common/lse_combine.h), as the GPU's split and combine kernels will. Keys are found through
+// the sequence's PagedKeys (common/paged_keys.h), so contiguous and paged caches share every loop.
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "api/kvcache_backends.h"
+#include "common/lse_combine.h"
+#include "common/parallel_for.h"
+#include "common/rotary.h"
+#include "common/split_kv.h"
+#include "cpu/exp2_row.h"
+#include "cpu/multiversion.h"
+#include "cpu/online_softmax.h"
+#include "cpu/score_transform.h"
+#include "cpu/tile_config.h"
+#include "cpu/tile_io.h"
+#include "cpu/tile_math.h"
+
+namespace flash4::detail {
+namespace {
+
+using namespace flash4::cpu;
+
+// x rounded to `dtype` (what storing it to a tensor of that dtype keeps).
+float round_to(float x, DType dtype) {
+  return dtype == DType::kFloat16 ? round_to_half(x) : dtype == DType::kBFloat16 ? round_to_bf16(x) : x;
+}
+
+// Row `pos` of a (seqlen_ro, rotary_dim / 2) table as fp32.
+void load_table_row(const TensorView& t, int64_t pos, float* dst) {
+  const int64_t n = t.shape[1];
+  if (t.dtype == DType::kFloat32) {
+    const float* src = static_cast<const float*>(t.data) + pos * t.stride[0];
+    std::copy(src, src + n, dst);
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(t.data) + pos * t.stride[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = load_element(src + i, t.dtype);
+  }
+}
+
+// Rotates the row x (fp32, head_dim features) at `pos` and rounds the result to the tensors' dtype.
+struct Rotary {
+  const KvCacheArgs& a;
+  const KvCacheProblem& p;
+  std::vector<float> cos, sin;
+  Rotary(const KvCacheArgs& args, const KvCacheProblem& problem)
+      : a(args), p(problem), cos(problem.rotary_dim / 2), sin(problem.rotary_dim / 2) {}
+  void operator()(float* x, int64_t pos) {
+    if (p.rotary_dim == 0) return;
+    load_table_row(a.rotary_cos, p.rotary_row(pos), cos.data());
+    load_table_row(a.rotary_sin, p.rotary_row(pos), sin.data());
+    apply_rotary(x, cos.data(), sin.data(), p.rotary_dim, p.rotary_interleaved);
+    for (int64_t i = 0; i < p.rotary_dim; ++i) x[i] = round_to(x[i], a.q.dtype);
+  }
+};
+
+// Writes k, v (rotated) at positions cache_length(b) .. + seqlen_new - 1 of every sequence. Tasks are KV heads:
+// sequences whose cache_batch_idx repeat write the same rows from one task, in sequence order.
+void append_new_keys(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
+  if (p.seqlen_new == 0) return;
+  parallel_for(s.heads_kv, [&](int64_t hk) {
+    std::vector<float> row(s.head_dim);
+    Rotary rotate(a, p);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const PagedKeys keys = p.keys(b);
+      const int64_t first = p.cache_length(b);
+      for (int64_t t = 0; t < p.seqlen_new; ++t) {
+        const CacheRow dst = keys.at(first + t);
+        load_rows(a.k, b, t, 1, hk, row.data());
+        rotate(row.data(), first + t);
+        store_rows(row.data(), a.k_cache, dst.slot, dst.row, 1, hk);
+        load_rows(a.v, b, t, 1, hk, row.data());
+        store_rows(row.data(), a.v_cache, dst.slot, dst.row, 1, hk);
+      }
+    }
+  });
+}
+
+struct SplitTiles {
+  std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, d), (M, N), (M, d)
+  explicit SplitTiles(int64_t d)
+      : q(kBlockM * d), kt(d * kBlockN), v(kBlockN * d), s(kBlockM * kBlockN), o(kBlockM * d) {}
+};
+
+// Partial results of every split: o (splits, batch, heads, seqlen_q, head_dim) normalized by its own softmax
+// denominator, lse (splits, batch, heads, seqlen_q), natural log, -inf for a split that saw no key of the row.
+struct Partials {
+  int64_t rows_per_split = 0, head_dim = 0;  // batch * heads * seqlen_q
+  std::vector<float> o, lse;
+  float* o_row(int64_t split, int64_t row) { return o.data() + (split * rows_per_split + row) * head_dim; }
+  float& lse_of(int64_t split, int64_t row) { return lse[split * rows_per_split + row]; }
+};
+
+// Keys rows [j0, j0 + n) of sequence b, KV head hk: K transposed into kt (d x kBlockN), V into v (n x d).
+void load_keys(const KvCacheArgs& a, const PagedKeys& keys, int64_t j0, int64_t n, int64_t hk, SplitTiles& t) {
+  const int64_t d = a.q.shape[3];
+  for (int64_t r = 0; r < n; ++r) {
+    const CacheRow src = keys.at(j0 + r);
+    load_rows_transposed(a.k_cache, src.slot, src.row, 1, hk, t.kt.data() + r, kBlockN);
+    load_rows(a.v_cache, src.slot, src.row, 1, hk, t.v.data() + r * d);
+  }
+}
+
+// Split `split` of rows [q0, q0 + kBlockM) of sequence b, head h.
+FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t h,
+                                          int64_t q0, int64_t split, int64_t splits, Partials& out, SplitTiles& t) {
+  const Problem& s = p.attention;
+  const int64_t d = s.head_dim, hk = h / s.group();
+  const int64_t rows = std::min<int64_t>(kBlockM, s.seqlen_q - q0);
+  const int64_t row0 = (b * s.heads + h) * s.seqlen_q + q0;  // first row in Partials
+  const SequenceMask mask = p.sequence_mask(b);
+  const IndexRange visible = mask.keys_of_any_row(q0, q0 + rows - 1);
+  int64_t lo = 0, hi = -1;
+  split_keys(visible.lo, visible.hi, kBlockN, splits, split, lo, hi);
+
+  OnlineSoftmaxRow state[kBlockM];
+  std::fill(t.o.begin(), t.o.end(), 0.0f);
+  if (lo <= hi) {
+    const ScoreTransform transform = s.score_transform();
+    const PagedKeys keys = p.keys(b);
+    Rotary rotate(a, p);
+    load_rows(a.q, b, q0, rows, h, t.q.data());
+    for (int64_t r = 0; r < rows; ++r)
+      rotate(t.q.data() + r * d, p.cache_length(b) + (p.rotary_q_per_row() ? q0 + r : 0));
+    for (int64_t k0 = lo; k0 <= hi; k0 += kBlockN) {
+      const int64_t n = std::min<int64_t>(kBlockN, hi + 1 - k0);
+      load_keys(a, keys, k0, n, hk, t);
+      matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, kBlockN, d);  // S = Q K^T (columns >= n unused)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = t.s.data() + r * kBlockN;
+        const TileSpan span = tile_span(mask, q0 + r, k0, n);
+        std::fill(row + n, row + kBlockN, 0.0f);
+        if (span.empty()) {
+          std::fill(row, row + n, 0.0f);
+          continue;
+        }
+        apply_score_transform(transform, row + span.begin, span.end - span.begin);
+        const float m_tile = *std::max_element(row + span.begin, row + span.end);
+        const float factor = state[r].update(m_tile, /*conditional=*/true);  // FA4's conditional rescaling
+        if (factor != 1.0f)
+          for (int64_t x = 0; x < d; ++x) t.o[r * d + x] *= factor;
+        std::fill(row, row + span.begin, 0.0f);
+        std::fill(row + span.end, row + n, 0.0f);
+        exp2_row(row + span.begin, state[r].m_ref, row + span.begin, span.end - span.begin, false);
+        float sum = 0.0f;
+        for (int64_t j = span.begin; j < span.end; ++j) sum += row[j];
+        state[r].l += sum;
+      }
+      matmul_add(t.s.data(), t.v.data(), t.o.data(), rows, d, kBlockN);  // O += P V
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = state[r].l > 0.0f ? 1.0f / state[r].l : 0.0f;
+    float* o = out.o_row(split, row0 + r);
+    for (int64_t x = 0; x < d; ++x) o[x] = t.o[r * d + x] * scale;
+    out.lse_of(split, row0 + r) = state[r].lse();
+  }
+}
+
+// Merges the splits of rows [q0, q0 + kBlockM) of sequence b, head h into out and lse (with the sink).
+void combine_rows(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t h, int64_t q0, int64_t splits,
+                  Partials& parts) {
+  const Problem& s = p.attention;
+  const int64_t d = s.head_dim, rows = std::min<int64_t>(kBlockM, s.seqlen_q - q0);
+  const bool has_sink = s.learnable_sink != nullptr;
+  const float sink = has_sink ? s.learnable_sink[h] : 0.0f;
+  std::vector<float> o(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = (b * s.heads + h) * s.seqlen_q + q0 + r;
+    const float lse = combined_lse(&parts.lse_of(0, row), splits, parts.rows_per_split, has_sink, sink);
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (int64_t split = 0; split < splits; ++split) {
+      const float w = combine_weight(parts.lse_of(split, row), lse);
+      if (w == 0.0f) continue;
+      const float* part = parts.o_row(split, row);
+      for (int64_t x = 0; x < d; ++x) o[x] += w * part[x];
+    }
+    store_rows(o.data(), a.out, b, q0 + r, 1, h);
+    if (a.lse.data != nullptr) *lse_ptr(a.lse, b, h, q0 + r) = lse;
+  }
+}
+
+}  // namespace
+
+void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
+  append_new_keys(a, p);
+  if (a.out.numel() == 0) return;
+  const int64_t q_tiles = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  int64_t max_keys = 0;
+  for (int64_t b = 0; b < s.batch; ++b) max_keys = std::max(max_keys, p.seqlen_k(b));
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t splits =
+      p.num_splits > 0 ? p.num_splits : choose_num_splits(threads, s.batch * s.heads * q_tiles, max_keys);
+
+  Partials parts;
+  parts.rows_per_split = s.batch * s.heads * s.seqlen_q;
+  parts.head_dim = s.head_dim;
+  parts.o.resize(static_cast<size_t>(splits * parts.rows_per_split * s.head_dim));
+  parts.lse.resize(static_cast<size_t>(splits * parts.rows_per_split));
+  const int64_t tiles = s.batch * s.heads * q_tiles;
+  parallel_for(tiles * splits, [&](int64_t task) {
+    SplitTiles t(s.head_dim);
+    const int64_t split = task % splits, tile = task / splits;
+    const int64_t qt = tile % q_tiles, bh = tile / q_tiles;
+    attend_split(a, p, bh / s.heads, bh % s.heads, qt * kBlockM, split, splits, parts, t);
+  });
+  parallel_for(tiles, [&](int64_t tile) {
+    const int64_t qt = tile % q_tiles, bh = tile / q_tiles;
+    combine_rows(a, p, bh / s.heads, bh % s.heads, qt * kBlockM, splits, parts);
+  });
+}
+
+}  // namespace flash4::detail

@@ -1,0 +1,56 @@
+// One KV-cache attention test case (flash4/kvcache.h): the spec, random host inputs (a cache whose rows past each
+// sequence are NaN, so a read outside the sequence shows), the KvCacheArgs, and an fp64 model of the whole call,
+// written independently of the library: the cache after the append (with rotary in fp64, numpy style) and, per
+// sequence, the reference and the naive baseline on the dense K/V gathered from that cache.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/host_tensor.h"
+#include "common/test_rng.h"
+#include "flash4/kvcache.h"
+
+namespace flash4::test {
+
+enum class Rotary { kNone, kInterleaved, kNeox };
+
+struct KvCaseSpec {
+  int64_t batch = 1, seqlen_q = 1, heads = 1, heads_kv = 1, head_dim = 64;
+  DType dtype = DType::kBFloat16;
+  std::vector<int64_t> cache_lengths{16};  // keys in each sequence's cache before the append (one per sequence)
+  int64_t seqlen_new = 0;                  // appended keys per sequence
+  int64_t page_size = 0;                   // 0 = contiguous cache
+  int64_t spare = 3;                       // cache rows (contiguous) or pages (paged) beyond what is needed
+  bool cache_batch_idx = false;            // contiguous: sequences use shuffled cache rows
+  bool scalar_length = false;              // pass cache_lengths[0] as cache_seqlen instead of cache_seqlens
+  Rotary rotary = Rotary::kNone;
+  int64_t rotary_dim = 0;  // 0 = head_dim
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  bool sink = false;
+  int num_splits = 1;
+  std::string name() const;
+};
+
+struct KvCacheCase {
+  KvCaseSpec spec;
+  HostTensor q, k_cache, v_cache, k, v, cos, sin, out, lse;
+  HostTensor sink;
+  std::vector<int32_t> cache_seqlens, cache_batch_idx, block_table;
+  int64_t max_pages = 0, seqlen_ro = 0;
+  std::vector<double> initial_k_cache, initial_v_cache;
+
+  KvCacheCase(const KvCaseSpec& s, Rng& rng);
+  KvCacheArgs args() const;
+};
+
+// Checks the caches after the call (appended rows as the fp64 model within the rotary's rounding, all other rows
+// unchanged bit for bit) and out / lse against the reference under the tolerance rule.
+::testing::AssertionResult check_kvcache(const KvCacheCase& c);
+
+}  // namespace flash4::test

@@ -1,0 +1,181 @@
+// KV-cache attention on the CPU (flash4/kvcache.h) against the fp64 model of tests/common/kvcache_case.h: contiguous
+// and paged caches, append, cache_batch_idx, rotary, masks, GQA, sink, split counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/kvcache_case.h"
+
+namespace flash4::test {
+namespace {
+
+void run_case(const KvCaseSpec& spec) {
+  FLASH4_TEST_RNG(rng);
+  KvCacheCase c(spec, rng);
+  ASSERT_TRUE(can_implement(c.args()).ok);
+  forward_kvcache(c.args());
+  EXPECT_TRUE(check_kvcache(c));
+}
+
+KvCaseSpec spec(int64_t batch, int64_t seqlen_q, int64_t heads, int64_t heads_kv, std::vector<int64_t> lengths,
+                DType dtype = DType::kBFloat16) {
+  KvCaseSpec s;
+  s.batch = batch;
+  s.seqlen_q = seqlen_q;
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.cache_lengths = std::move(lengths);
+  s.dtype = dtype;
+  return s;
+}
+
+template <class Change>
+KvCaseSpec with(KvCaseSpec s, Change&& change) {
+  change(s);
+  return s;
+}
+
+TEST(KvCache, ContiguousDecode) {
+  run_case(spec(3, 1, 4, 2, {17, 0, 130}));
+  run_case(spec(2, 1, 8, 1, {1, 1000}, DType::kFloat16));
+  run_case(spec(1, 1, 2, 2, {333}, DType::kFloat32));
+}
+
+TEST(KvCache, ContiguousMultiQuery) {
+  run_case(spec(2, 5, 4, 4, {40, 3}));
+  run_case(with(spec(2, 70, 4, 2, {100, 257}), [](KvCaseSpec& s) { s.causal = true; }));
+  run_case(with(spec(2, 16, 4, 1, {0, 9}), [](KvCaseSpec& s) { s.causal = true; }));  // rows with no key
+}
+
+TEST(KvCache, AppendContiguous) {
+  run_case(with(spec(3, 1, 4, 2, {17, 0, 64}), [](KvCaseSpec& s) { s.seqlen_new = 1; }));
+  run_case(with(spec(2, 7, 4, 2, {31, 5}), [](KvCaseSpec& s) {
+    s.seqlen_new = 7;
+    s.causal = true;
+  }));
+}
+
+TEST(KvCache, Paged) {
+  for (int64_t page : {1, 16, 256}) {
+    run_case(with(spec(3, 1, 4, 2, {17, 0, 300}), [&](KvCaseSpec& s) { s.page_size = page; }));
+    run_case(with(spec(2, 9, 4, 4, {33, 1}), [&](KvCaseSpec& s) {
+      s.page_size = page;
+      s.causal = true;
+    }));
+  }
+  run_case(with(spec(1, 1, 8, 1, {4097}), [](KvCaseSpec& s) { s.page_size = 16; }));  // MQA, 257 pages
+  run_case(with(spec(1, 2, 2, 1, {100003}), [](KvCaseSpec& s) {                       // a long cache, automatic splits
+    s.page_size = 256;
+    s.num_splits = 0;
+    s.seqlen_new = 2;
+    s.causal = true;
+  }));
+}
+
+TEST(KvCache, AppendPaged) {
+  for (int64_t page : {1, 16, 256}) {
+    run_case(with(spec(3, 1, 4, 2, {15, 0, 31}), [&](KvCaseSpec& s) {
+      s.page_size = page;
+      s.seqlen_new = 1;
+    }));
+    run_case(with(spec(2, 5, 4, 2, {14, 250}), [&](KvCaseSpec& s) {  // the append crosses page boundaries
+      s.page_size = page;
+      s.seqlen_new = 5;
+      s.causal = true;
+    }));
+  }
+}
+
+TEST(KvCache, CacheBatchIdxAndScalarLength) {
+  run_case(with(spec(3, 2, 4, 2, {20, 5, 0}), [](KvCaseSpec& s) {
+    s.cache_batch_idx = true;
+    s.seqlen_new = 2;
+    s.causal = true;
+  }));
+  run_case(with(spec(2, 1, 2, 1, {12, 12}), [](KvCaseSpec& s) {
+    s.scalar_length = true;
+    s.seqlen_new = 1;
+  }));
+}
+
+TEST(KvCache, Rotary) {
+  for (Rotary r : {Rotary::kInterleaved, Rotary::kNeox}) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      // Causal: q rotated at its own positions; not causal: all of q at the cache length.
+      run_case(with(spec(2, 3, 4, 2, {10, 0}, t), [&](KvCaseSpec& s) {
+        s.rotary = r;
+        s.seqlen_new = 3;
+        s.causal = true;
+      }));
+      run_case(with(spec(2, 3, 4, 2, {10, 41}, t), [&](KvCaseSpec& s) {
+        s.rotary = r;
+        s.rotary_dim = 32;  // part of the head rotated
+        s.seqlen_new = 2;
+        s.page_size = 16;
+      }));
+    }
+  }
+}
+
+TEST(KvCache, MasksSoftcapSink) {
+  run_case(with(spec(2, 4, 4, 2, {100, 7}), [](KvCaseSpec& s) {
+    s.window_left = 20;
+    s.window_right = 0;
+  }));
+  run_case(with(spec(2, 4, 4, 2, {100, 7}), [](KvCaseSpec& s) {
+    s.causal = true;
+    s.window_left = 3;
+    s.seqlen_new = 2;
+    s.page_size = 16;
+  }));
+  run_case(with(spec(2, 3, 4, 1, {50, 0}), [](KvCaseSpec& s) {
+    s.softcap = 5.0f;
+    s.sink = true;  // the empty sequence gets lse = sink
+  }));
+  run_case(with(spec(1, 64 + 5, 2, 2, {200}), [](KvCaseSpec& s) {
+    s.causal = true;
+    s.sink = true;
+    s.num_splits = 3;
+  }));
+}
+
+TEST(KvCache, SplitCounts) {
+  for (int splits : {1, 3, 0, 7, 64, 128}) {
+    run_case(with(spec(2, 1, 4, 2, {1000, 17}), [&](KvCaseSpec& s) {
+      s.num_splits = splits;
+      s.page_size = 16;
+      s.sink = splits == 7;
+    }));
+    run_case(with(spec(1, 20, 2, 1, {700}), [&](KvCaseSpec& s) {
+      s.num_splits = splits;
+      s.causal = true;
+      s.seqlen_new = 3;
+    }));
+  }
+}
+
+// Every split count gives the result of one split within fp32 rounding (fp32 tensors, so the output keeps it).
+TEST(KvCache, SplitsMatchOneSplit) {
+  FLASH4_TEST_RNG(rng);
+  const KvCaseSpec base = with(spec(2, 3, 4, 2, {1500, 129}, DType::kFloat32), [](KvCaseSpec& s) {
+    s.page_size = 16;
+    s.causal = true;
+  });
+  KvCacheCase one(base, rng);
+  forward_kvcache(one.args());
+  const std::vector<double> out1 = one.out.to_double(), lse1 = one.lse.to_double();
+  for (int splits : {0, 2, 3, 5, 17, 64, 128}) {
+    one.out.poison();  // same inputs (nothing is appended), fresh outputs
+    one.lse.poison();
+    KvCacheArgs a = one.args();
+    a.num_splits = splits;
+    forward_kvcache(a);
+    const std::vector<double> out = one.out.to_double(), lse = one.lse.to_double();
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out1[i], 1e-5 * (1.0 + std::abs(out1[i]))) << splits;
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse1[i], 1e-5 * (1.0 + std::abs(lse1[i]))) << splits;
+  }
+}
+
+}  // namespace
+}  // namespace flash4::test

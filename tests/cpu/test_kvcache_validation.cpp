@@ -1,0 +1,228 @@
+// Bad KV-cache arguments (flash4/kvcache.h) are refused with a message naming the argument, and nothing is
+// written: neither the outputs nor the caches. CUDA tensors are refused by the one GPU gate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "common/kvcache_case.h"
+
+namespace flash4::test {
+namespace {
+
+KvCaseSpec paged_spec() {
+  KvCaseSpec s;
+  s.batch = 2;
+  s.seqlen_q = 2;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.cache_lengths = {20, 5};
+  s.seqlen_new = 2;
+  s.page_size = 16;
+  s.rotary = Rotary::kInterleaved;
+  return s;
+}
+
+KvCaseSpec contiguous_spec() {
+  KvCaseSpec s = paged_spec();
+  s.page_size = 0;
+  s.cache_batch_idx = true;
+  s.rotary = Rotary::kNone;
+  return s;
+}
+
+KvCaseSpec with_no_append(KvCaseSpec s) {
+  s.seqlen_new = 0;
+  return s;
+}
+
+bool all_nan(const std::vector<double>& x) {
+  for (double v : x)
+    if (!std::isnan(v)) return false;
+  return true;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
+// The call with `change` applied is refused naming `expected`, and writes nothing.
+void expect_refused(const KvCaseSpec& spec, const std::function<void(KvCacheArgs&, KvCacheCase&)>& change,
+                    const std::string& expected) {
+  SCOPED_TRACE(expected);
+  FLASH4_TEST_RNG(rng);
+  KvCacheCase c(spec, rng);
+  KvCacheArgs a = c.args();
+  change(a, c);
+  try {
+    forward_kvcache(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("flash4::forward_kvcache"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(can_implement(a), Error);
+  EXPECT_TRUE(all_nan(c.out.to_double()));
+  EXPECT_TRUE(all_nan(c.lse.to_double()));
+  EXPECT_TRUE(same_bits(c.k_cache.to_double(), c.initial_k_cache));
+  EXPECT_TRUE(same_bits(c.v_cache.to_double(), c.initial_v_cache));
+}
+
+TEST(KvCacheValidation, PageTable) {
+  const KvCaseSpec s = paged_spec();
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.dtype = DType::kFloat32; }, "block_table.dtype");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.shape[0] = 1; }, "block_table.shape[0] (batch)");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.rank = 1; }, "block_table must have rank 2");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase& c) {
+        c.block_table[c.max_pages] = -1;
+        a.block_table.data = c.block_table.data();
+      },
+      "block_table[1][0] = -1");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase& c) { c.block_table[1] = static_cast<int32_t>(a.k_cache.shape[0]); },
+      "block_table[0][1]");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k_cache.shape[1] = a.v_cache.shape[1] = 0; }, "page_size");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase& c) {
+        a.cache_batch_idx = make_view(c.cache_seqlens.data(), DType::kInt32, Device::cpu(), 2);
+      },
+      "cache_batch_idx is set with block_table");
+  // 20 + 2 new keys fit in 2 pages of 16, but not in 1: a shorter table overflows.
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.shape[1] = 1; }, "the append would overflow");
+}
+
+TEST(KvCacheValidation, CacheLengths) {
+  const KvCaseSpec s = contiguous_spec();
+  expect_refused(
+      s, [](KvCacheArgs&, KvCacheCase& c) { c.cache_seqlens[0] = -1; }, "cache_seqlens[0] = -1");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase& c) { c.cache_seqlens[1] = static_cast<int32_t>(a.k_cache.shape[1]) - 1; },
+      "the append would overflow");
+  expect_refused(
+      with_no_append(s),
+      [](KvCacheArgs& a, KvCacheCase& c) { c.cache_seqlens[1] = static_cast<int32_t>(a.k_cache.shape[1]) + 1; },
+      "exceeds the cache's capacity");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.cache_seqlens.dtype = DType::kFloat32; }, "cache_seqlens.dtype");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.cache_seqlens.shape[0] = 3; }, "cache_seqlens.shape[0]");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        a.cache_seqlens = TensorView{};
+        a.cache_seqlen = -2;
+      },
+      "cache_seqlen = -2");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.cache_seqlens = TensorView{}; }, "cache_seqlen (-1: the whole cache)");
+  expect_refused(
+      s, [](KvCacheArgs&, KvCacheCase& c) { c.cache_batch_idx[1] = 99; }, "cache_batch_idx[1] = 99");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        a.cache_batch_idx = TensorView{};
+        a.k_cache.shape[0] = a.v_cache.shape[0] = 1;
+      },
+      "k_cache.shape[0] (batch_cache) = 1");
+}
+
+TEST(KvCacheValidation, Tensors) {
+  const KvCaseSpec s = paged_spec();
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v}) t->dtype = DType::kFloat8E4M3;
+      },
+      "q.dtype is float8_e4m3fn but KV-cache attention takes fp32, fp16 or bf16");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.v = TensorView{}; }, "k is set but v is not");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k.shape[2] = 1; }, "k.shape[2] (heads_kv)");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.v.shape[1] = 1; }, "v.shape[1] (seqlen_new)");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k.dtype = DType::kFloat16; }, "k.dtype");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.v_cache.shape[2] = 1; }, "v_cache.shape[2] (heads_kv)");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k_cache.shape[3] = a.v_cache.shape[3] = 32; }, "k_cache.shape[3]");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        a.q.shape[2] = 3;
+        a.out.shape[2] = 3;
+      },
+      "is not a multiple of");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        a.out = a.k_cache;
+        a.out.shape[0] = 2;
+        a.out.shape[1] = 2;
+        a.out.shape[2] = 4;
+      },
+      "out overlaps k_cache");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.lse.shape[2] = 3; }, "lse.shape[2] (seqlen_q)");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.num_splits = 129; }, "num_splits = 129");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.num_splits = -1; }, "num_splits = -1");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase& c) {
+        a.learnable_sink = c.sink.view();
+        a.learnable_sink.dtype = DType::kFloat16;
+      },
+      "learnable_sink.dtype");
+}
+
+TEST(KvCacheValidation, Rotary) {
+  const KvCaseSpec s = paged_spec();
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_sin = TensorView{}; }, "rotary_cos is set but rotary_sin is not");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k = a.v = TensorView{}; }, "rotary_cos and rotary_sin are set but k");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_cos.shape[0] = a.rotary_sin.shape[0] = 20; }, "seqlen_ro");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_cos.shape[1] = a.rotary_sin.shape[1] = 40; }, "rotary_dim");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_sin.shape[1] = 8; }, "rotary_sin.shape[1]");
+}
+
+// The one GPU gate: CUDA tensors pass validation (device-resident indices are not read) and are refused.
+TEST(KvCacheValidation, GpuRefusesClearly) {
+  FLASH4_TEST_RNG(rng);
+  KvCacheCase c(paged_spec(), rng);
+  KvCacheArgs a = c.args();
+  for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v, &a.rotary_cos, &a.rotary_sin, &a.cache_seqlens,
+                        &a.block_table, &a.out, &a.lse})
+    t->device = Device::cuda(0);
+  const Support s = can_implement(a);
+  EXPECT_FALSE(s.ok);
+  EXPECT_EQ(s.reason, "KV-cache attention is not yet implemented on the GPU path");
+  try {
+    forward_kvcache(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("not yet implemented on the GPU path"), std::string::npos);
+  }
+  EXPECT_TRUE(all_nan(c.out.to_double()));
+}
+
+}  // namespace
+}  // namespace flash4::test

@@ -1,0 +1,209 @@
+"""flash4.flash_attn_with_kvcache on the CPU against a float64 model written here: the append (with rotary
+in float64, rounded to the dtype as the cache stores it) and, per sequence, attention on the keys gathered from
+the cache (attention_reference: the fp64 reference, the naive same-dtype baseline and the tolerance rule). The
+custom op under torch.compile, the in-place append, and the refusal of bad arguments."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flash4  # noqa: E402
+from attention_reference import attention, check_tolerance  # noqa: E402
+
+NP_DTYPES = {torch.float32: None, torch.float16: np.float16}
+NAMES = {torch.float32: "float32", torch.float16: "float16"}
+
+
+def rope_tables(seqlen_ro, rotary_dim, dtype):
+    inv = 10000.0 ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angle = torch.arange(seqlen_ro, dtype=torch.float64)[:, None] * inv[None, :]
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+def rotate(x, cos, sin, interleaved):
+    """x (..., head_dim) float64 rotated with rows cos, sin (..., rotary_dim / 2) float64."""
+    r = cos.shape[-1] * 2
+    x = x.clone()
+    if interleaved:
+        a, b = x[..., 0:r:2].clone(), x[..., 1:r:2].clone()
+        x[..., 0:r:2], x[..., 1:r:2] = a * cos - b * sin, a * sin + b * cos
+    else:
+        a, b = x[..., : r // 2].clone(), x[..., r // 2 : r].clone()
+        x[..., : r // 2], x[..., r // 2 : r] = a * cos - b * sin, a * sin + b * cos
+    return x
+
+
+class Case:
+    def __init__(self, batch, seqlen_q, heads, heads_kv, lengths, seqlen_new=0, page_size=0, dtype=torch.float32,
+                 rotary=None, causal=False, window=(-1, -1), softcap=0.0, sink=False, cache_batch_idx=False,
+                 head_dim=64, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        rnd = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+        self.dtype, self.causal, self.window, self.softcap, self.rotary = dtype, causal, window, softcap, rotary
+        self.lengths = lengths
+        self.q = rnd(batch, seqlen_q, heads, head_dim)
+        self.k = rnd(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
+        self.v = rnd(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
+        max_keys = max(lengths) + seqlen_new
+        if page_size:
+            max_pages = -(-max_keys // page_size) + 1
+            pool = batch * max_pages + 3
+            perm = torch.randperm(pool, generator=g)
+            self.block_table = torch.full((batch, max_pages), -1, dtype=torch.int32)
+            for b in range(batch):
+                used = -(-(lengths[b] + seqlen_new) // page_size)
+                self.block_table[b, :used] = perm[b * max_pages : b * max_pages + used].to(torch.int32)
+            shape = (pool, page_size, heads_kv, head_dim)
+            self.cache_batch_idx = None
+        else:
+            self.block_table = None
+            rows = batch + 2 if cache_batch_idx else batch
+            perm = torch.randperm(rows, generator=g)[:batch].to(torch.int32)
+            self.cache_batch_idx = perm if cache_batch_idx else None
+            shape = (rows, max_keys + 3, heads_kv, head_dim)
+        self.k_cache, self.v_cache = rnd(*shape), rnd(*shape)
+        self.page_size = page_size
+        self.cache_seqlens = torch.tensor(lengths, dtype=torch.int32)
+        self.sink = torch.randn(heads, generator=g, dtype=torch.float32) if sink else None
+        self.cos = self.sin = None
+        if rotary is not None:
+            self.cos, self.sin = rope_tables(max_keys + seqlen_q + 2, head_dim, dtype)
+
+    def slot(self, b, j):
+        if self.block_table is not None:
+            return int(self.block_table[b, j // self.page_size]), j % self.page_size
+        return (int(self.cache_batch_idx[b]) if self.cache_batch_idx is not None else b), j
+
+    def run(self, **kw):
+        self.k_cache_in, self.v_cache_in = self.k_cache.clone(), self.v_cache.clone()
+        return flash4.flash_attn_with_kvcache(
+            self.q, self.k_cache, self.v_cache, self.k, self.v, rotary_cos=self.cos, rotary_sin=self.sin,
+            cache_seqlens=self.cache_seqlens, cache_batch_idx=self.cache_batch_idx, block_table=self.block_table,
+            causal=self.causal, window_size=self.window, softcap=self.softcap,
+            rotary_interleaved=self.rotary == "interleaved", return_softmax_lse=True, learnable_sink=self.sink, **kw)
+
+    def check(self, out, lse):
+        kc, vc = self.k_cache_in.double(), self.v_cache_in.double()
+        seqlen_new = 0 if self.k is None else self.k.shape[1]
+        seqlen_q = self.q.shape[1]
+        per_row = self.causal or self.window != (-1, -1)
+        for b, length in enumerate(self.lengths):
+            for t in range(seqlen_new):
+                x = self.k[b, t].double()
+                if self.rotary is not None:
+                    x = rotate(x, self.cos[length + t].double(), self.sin[length + t].double(),
+                               self.rotary == "interleaved").to(self.dtype).double()
+                s, r = self.slot(b, length + t)
+                kc[s, r], vc[s, r] = x, self.v[b, t].double()
+        # The append, in place: rotated rows within the rotation's rounding, everything else exact.
+        tol = 0.0 if self.rotary is None else (4e-3 if self.dtype == torch.float16 else 1e-6)
+        assert torch.allclose(self.k_cache.double(), kc, rtol=tol, atol=tol), "k_cache after the append"
+        assert torch.equal(self.v_cache.double(), vc), "v_cache after the append"
+        for b, length in enumerate(self.lengths):
+            n = length + seqlen_new
+            rows = [self.slot(b, j) for j in range(n)]
+            kb = torch.stack([kc[s, r] for s, r in rows]) if n else kc[:0, 0]
+            vb = torch.stack([vc[s, r] for s, r in rows]) if n else vc[:0, 0]
+            qb = self.q[b].double()
+            if self.rotary is not None:
+                pos = [length + (i if per_row else 0) for i in range(seqlen_q)]
+                qb = rotate(qb, self.cos[pos].double()[:, None], self.sin[pos].double()[:, None],
+                            self.rotary == "interleaved").to(self.dtype).double()
+            args = (qb[None].numpy(), kb[None].numpy(), vb[None].numpy())
+            kw = dict(causal=self.causal, window=self.window, softcap=self.softcap)
+            ref_out, ref_lse = attention(*args, **kw)
+            naive_out, naive_lse = attention(*args, **kw, round_to=NP_DTYPES[self.dtype])
+            if self.sink is not None:  # the sink: one more logit in the denominator, carrying no value
+                sink = self.sink.double().numpy()[None, :, None]
+                for o, lse_ in ((ref_out, ref_lse), (naive_out, naive_lse)):
+                    total = np.logaddexp(lse_, sink)
+                    o *= np.nan_to_num(np.exp(lse_ - total)).transpose(0, 2, 1)[..., None]
+                    lse_[...] = total
+            name = NAMES[self.dtype]
+            check_tolerance(f"out[{b}]", out[b : b + 1].double().numpy(), ref_out, naive_out, name)
+            check_tolerance(f"lse[{b}]", lse[b : b + 1].double().numpy(), ref_lse, naive_lse, "float32")
+
+
+@pytest.mark.parametrize("page_size", [0, 1, 16, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_decode_and_append(page_size, dtype):
+    c = Case(3, 1, 4, 2, [17, 0, 300], seqlen_new=1, page_size=page_size, dtype=dtype)
+    c.check(*c.run())
+
+
+@pytest.mark.parametrize("rotary", ["interleaved", "neox"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_rotary(rotary, causal):
+    c = Case(2, 3, 4, 2, [10, 41], seqlen_new=3, page_size=16, rotary=rotary, causal=causal, dtype=torch.float16)
+    c.check(*c.run())
+
+
+def test_masks_softcap_sink_gqa_splits():
+    for splits in (1, 3, 0):
+        c = Case(2, 5, 8, 2, [100, 0], seqlen_new=2, causal=True, window=(20, 0), softcap=4.0, sink=True,
+                 cache_batch_idx=True, seed=splits)
+        c.check(*c.run(num_splits=splits))
+
+
+def test_int64_indices_are_converted():
+    c = Case(2, 1, 2, 1, [7, 30], seqlen_new=1, page_size=16)
+    c.cache_seqlens, c.block_table = c.cache_seqlens.long(), c.block_table.long()
+    c.check(*c.run())
+
+
+def test_int_cache_seqlens_and_no_lse():
+    c = Case(2, 1, 2, 1, [12, 12], seqlen_new=1)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out = flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=12)
+    _, lse = c.run()  # the same keys again: cache_seqlens 12 from the tensor, appending the same k, v
+    c.check(out, lse)
+
+
+def test_compile_fullgraph():
+    c = Case(2, 1, 4, 2, [20, 7], seqlen_new=1, page_size=16)
+
+    def step(q, k_cache, v_cache, k, v, lengths, table):
+        return flash4.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, block_table=table,
+                                             return_softmax_lse=True)
+
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = torch.compile(step, fullgraph=True)(c.q, c.k_cache, c.v_cache, c.k, c.v, c.cache_seqlens,
+                                                    c.block_table)
+    c.check(out, lse)  # the append happened inside the compiled graph
+
+
+def test_opcheck():
+    from flash4 import _torch_kvcache
+
+    c = Case(1, 2, 2, 1, [9], seqlen_new=2)
+    args = (c.q, c.k_cache, c.v_cache, c.k, c.v, None, None, c.cache_seqlens, -1, None, None, None,
+            1.0 / math.sqrt(64), True, -1, -1, 0.0, True, 0)
+    # The append is not idempotent (the same rows written again); the checks only compare schema and fakes.
+    torch.library.opcheck(_torch_kvcache.fwd_kvcache, args,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_bad_arguments_write_nothing():
+    c = Case(2, 1, 2, 1, [5, 60], seqlen_new=1, page_size=16)
+    before = c.k_cache.clone()
+    bad = c.block_table.clone()
+    bad[1, 0] = 10_000
+    with pytest.raises(ValueError, match=r"block_table\[1\]\[0\] = 10000"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
+                                       block_table=bad)
+    with pytest.raises(ValueError, match="the append would overflow"):
+        too_long = torch.tensor([5, 80], dtype=torch.int32)  # 80 + 1 new key > 5 pages of 16
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=too_long,
+                                       block_table=c.block_table)
+    with pytest.raises(TypeError, match="cache_seqlens.dtype is fp32 but must be int32"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens.float(),
+                                       block_table=c.block_table)
+    with pytest.raises(ValueError, match="cache_batch_idx is set with block_table"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
+                                       cache_batch_idx=c.cache_seqlens, block_table=c.block_table)
+    with pytest.raises(NotImplementedError, match="cache_leftpad"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_leftpad=c.cache_seqlens)
+    assert torch.equal(c.k_cache, before)
