@@ -45,7 +45,7 @@ __device__ __forceinline__ float exp2_poly(float x) {
 inline float exp2_poly_host(float x) {
   x = x < kExp2PolyMinInput ? kExp2PolyMinInput : x;
   const double exact = static_cast<double>(x) + static_cast<double>(kRoundShifter);
-  double fl = static_cast<double>(static_cast<int64_t>(exact));
+  double fl = exact == exact ? static_cast<double>(static_cast<int64_t>(exact)) : exact;  // NaN: no UB, stays NaN
   if (fl > exact) fl -= 1.0;
   const float r = static_cast<float>(fl);  // representable: an integer near 1.5*2^23
   const float f = x - (r - kRoundShifter);

@@ -1,5 +1,6 @@
 // The FMA-pipe exp2 polynomial (src/common/exp2_poly.h) and the CPU's vectorizable copy of it.
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -60,6 +61,9 @@ TEST(Exp2Poly, ExactAtIntegersAndClampedBelowMinus127) {
   for (int e = -126; e <= 8; ++e) EXPECT_EQ(exp2_poly_host(static_cast<float>(e)), std::ldexp(1.0f, e)) << e;
   EXPECT_EQ(exp2_poly_host(-1000.0f), exp2_poly_host(-127.0f));
   EXPECT_TRUE(std::isfinite(exp2_poly_host(-1000.0f)));
+  // NaN propagates (and is not converted to an integer on the way: undefined behaviour), in both versions.
+  EXPECT_TRUE(std::isnan(exp2_poly_host(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(cpu::exp2_poly_vectorizable(std::numeric_limits<float>::quiet_NaN())));
 }
 
 // Bit-identical on the sweep and edge values. Excluded: -2^-26 < x < 0, where exp2_poly_host's "exact in double"
