@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "check/attention_results.h"
+#include "common/problem.h"
 #include "check/naive_attention.h"
 #include "check/tolerance.h"
 #include "flash4/types.h"
@@ -27,5 +28,15 @@ using check::reference_forward;
 ::testing::AssertionResult within_tolerance(const std::string& what, const std::vector<double>& impl,
                                             const std::vector<double>& ref, const std::vector<double>& naive,
                                             DType dtype, double extra_atol = 0.0);
+
+// The gradients of problem `p` (dq, dk, dv, and dsink when `dsink` is not null) against the reference and the
+// naive baseline on the same inputs; failures name `case_name`. dsink sums a term per row of the attention dtype's
+// precision: judged at that dtype's atol plus the bound of what the stored O's rounding does to it through D
+// (Gradients::dsink_rounding_bound).
+::testing::AssertionResult check_gradients(const detail::Problem& p, DType dtype, const std::vector<double>& q,
+                                           const std::vector<double>& k, const std::vector<double>& v,
+                                           const std::vector<double>& dout, const std::vector<double>& dq,
+                                           const std::vector<double>& dk, const std::vector<double>& dv,
+                                           const std::vector<double>* dsink, const std::string& case_name);
 
 }  // namespace flash4::test

@@ -160,25 +160,10 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
 }
 
 ::testing::AssertionResult check_varlen_backward(const VarlenSpec& s, const VarlenTensors& t) {
-  const detail::Problem p = make_problem(t.forward_args(s));
-  const std::vector<double> q = t.q.to_double(), k = t.k.to_double(), v = t.v.to_double();
-  const std::vector<double> dout = t.dout->to_double();
-  const Gradients ref = reference_backward(p, q, k, v, dout);
-  const Gradients naive = naive_backward(p, s.dtype, q, k, v, dout);
-  for (auto [what, impl, r, n] :
-       {std::tuple{"dq", t.dq->to_double(), ref.dq, naive.dq}, std::tuple{"dk", t.dk->to_double(), ref.dk, naive.dk},
-        std::tuple{"dv", t.dv->to_double(), ref.dv, naive.dv}}) {
-    auto res = within_tolerance(what, impl, r, n, s.dtype);
-    if (!res) return res << " [" << s.name() << "]";
-  }
-  if (s.sink) {
-    // dsink sums a term per row of the attention dtype's precision: judged at that dtype's atol, plus the bound
-    // of what the stored O's rounding does to it through D (Gradients::dsink_rounding_bound).
-    auto res = within_tolerance("dsink", t.dsink->to_double(), ref.dsink, naive.dsink, s.dtype,
-                                naive.dsink_rounding_bound);
-    if (!res) return res << " [" << s.name() << "]";
-  }
-  return ::testing::AssertionSuccess();
+  const std::vector<double> dsink = s.sink ? t.dsink->to_double() : std::vector<double>{};
+  return check_gradients(make_problem(t.forward_args(s)), s.dtype, t.q.to_double(), t.k.to_double(), t.v.to_double(),
+                         t.dout->to_double(), t.dq->to_double(), t.dk->to_double(), t.dv->to_double(),
+                         s.sink ? &dsink : nullptr, s.name());
 }
 
 }  // namespace flash4::test
