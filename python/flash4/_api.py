@@ -97,6 +97,14 @@ def _exported(*arrays):
     return tuple(to_dlpack(a) if _is_torch_tensor(a) else a for a in arrays)
 
 
+def refuse_unimplemented(dropout_p=0.0, alibi_slopes=None):
+    """NotImplementedError for the flash-attn arguments flash4 takes (for signature compatibility) but lacks."""
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+
+
 def flash_attn_func(
     q,
     k,
@@ -127,10 +135,7 @@ def flash_attn_func(
     Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
     arrays. Returns out (like q, with v's head dim) or (out, lse).
     """
-    if dropout_p != 0.0:
-        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(q=q, k=k, v=v)
@@ -184,10 +189,7 @@ def flash_attn_varlen_func(
     """
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
-    if dropout_p != 0.0:
-        raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(q=q, k=k, v=v)

@@ -2,7 +2,7 @@
 point is flash4::forward_kvcache, include/flash4/kvcache.h; docs/kvcache.md). torch tensors only; the work runs
 through the custom op flash4::fwd_kvcache (python/flash4/_torch_kvcache.py), which torch.compile traces."""
 
-from ._api import _is_torch_tensor, normalize_options
+from ._api import _is_torch_tensor, normalize_options, refuse_unimplemented
 
 
 def flash_attn_with_kvcache(
@@ -48,8 +48,7 @@ def flash_attn_with_kvcache(
     """
     if cache_leftpad is not None:
         raise NotImplementedError("flash4 does not implement cache_leftpad; it must be None")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
+    refuse_unimplemented(alibi_slopes=alibi_slopes)
     if not _is_torch_tensor(q):
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
     from . import _torch_kvcache

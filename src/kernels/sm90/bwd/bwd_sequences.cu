@@ -14,35 +14,20 @@
 #include "common/sequence.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
+#include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/pack.cuh"
 
 namespace flash4::detail {
 namespace {
 
-// An attention tensor seen as (batch, rows, heads, head_dim): a packed (total, heads, head_dim) one is one batch
-// entry. Element strides; head_dim contiguous.
+// An attention tensor's element strides seen as (batch, rows, heads, head_dim): a packed (total, heads,
+// head_dim) one is one batch entry; head_dim contiguous.
 struct RowsView {
-  int64_t batch, rows, heads, head_dim, stride_b, stride_s, stride_h;
+  int64_t head_dim, stride_b, stride_s, stride_h;
 };
 RowsView rows_view(const TensorView& t) {
-  if (t.rank == 3) return {1, t.shape[0], t.shape[1], t.shape[2], 0, t.stride[0], t.stride[1]};
-  return {t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.stride[0], t.stride[1], t.stride[2]};
-}
-
-// Zero bits are +0.0 in bf16 and fp16.
-__global__ void zero_rows_kernel(uint16_t* data, RowsView v) {
-  const int64_t n = v.batch * v.rows * v.heads * v.head_dim;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t col = i % v.head_dim, h = (i / v.head_dim) % v.heads, r = (i / (v.head_dim * v.heads)) % v.rows;
-    const int64_t b = i / (v.head_dim * v.heads * v.rows);
-    data[b * v.stride_b + r * v.stride_s + h * v.stride_h + col] = 0;
-  }
-}
-
-void zero_rows(const TensorView& t, cudaStream_t stream) {
-  if (t.numel() == 0) return;
-  zero_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<uint16_t*>(t.data), rows_view(t));
-  FLASH4_CUDA_CHECK_LAUNCH();
+  if (t.rank == 3) return {t.shape[2], 0, t.stride[0], t.stride[1]};
+  return {t.shape[3], t.stride[0], t.stride[1], t.stride[2]};
 }
 
 // dsink[h] = -sum over the rows i of each sequence (head h) of exp(sink[h] - LSE_i) * rowsum(dO_i * O_i): one CTA
@@ -161,7 +146,7 @@ void cuda_backward_sequences(const BackwardArgs& args, const Problem& p, Stream 
   SequenceSplitBackend backend;
   backend.can_run = [](const BackwardArgs& a) { return cuda_can_backward(a, validate(a)); };
   backend.run = [&](const BackwardArgs& a) { cuda_backward(a, validate(a), stream); };
-  backend.zero = [&](const TensorView& t) { zero_rows(t, s); };
+  backend.zero = [&](const TensorView& t) { sm90::launch_zero_rows(t, s); };
   backward_per_sequence(args, p, host.layout, backend);
   if (args.dsink.data != nullptr && p.learnable_sink != nullptr) {
     if (args.q.dtype == DType::kBFloat16) launch_packed_dsink<__nv_bfloat16>(args, p, s);

@@ -87,4 +87,12 @@ void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Proble
   FLASH4_CUDA_CHECK_LAUNCH();
 }
 
+void launch_zero_rows(const TensorView& t, cudaStream_t stream) {
+  const int64_t batch = t.rank == 3 ? 1 : t.shape[0], seqlen = t.rank == 3 ? t.shape[0] : t.shape[1];
+  const int64_t heads = t.rank == 3 ? t.shape[1] : t.shape[2];
+  if (batch * seqlen * heads == 0) return;
+  clear_all_rows<<<1024, 128, 0, stream>>>(rows_view(t), LseView{nullptr, 0, 0}, nullptr, batch, seqlen, heads);
+  FLASH4_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace flash4::sm90

@@ -13,5 +13,8 @@ namespace flash4::sm90 {
 
 void launch_forward_no_keys(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream);
 void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Problem& p, cudaStream_t stream);
+// Zeroes every row of a 16-bit attention tensor, (batch, seqlen, heads, head_dim) or packed (total, heads,
+// head_dim), any strides (the packed GPU backward clears its gradients with it).
+void launch_zero_rows(const TensorView& t, cudaStream_t stream);
 
 }  // namespace flash4::sm90
