@@ -184,11 +184,11 @@ def test_cuda_nccl_one_rank_equals_the_plain_call_and_costs_at_most_3_percent(nc
     q, k, v = (t.requires_grad_() for t in (q, k, v))
 
     def ring_step():
-        out = f4d.ring_flash_attn_func(q, k, v, group, causal=True)
+        out = f4d.ring_flash_attn_func(q, k, v, group, causal=True, deterministic=True)
         return out, torch.autograd.grad(out, (q, k, v), dout)
 
     def plain_step():
-        out = flash4.flash_attn_func(q, k, v, causal=True)
+        out = flash4.flash_attn_func(q, k, v, causal=True, deterministic=True)
         return out, torch.autograd.grad(out, (q, k, v), dout)
 
     (out_r, grads_r), (out_p, grads_p) = ring_step(), plain_step()
@@ -219,12 +219,12 @@ def test_cuda_nccl_one_rank_general_ring_path(nccl_one_rank_group):
     assert len(plans) == 1 and len(plans[0]) == 1 and plans[0][0].window_right == 0
 
     def general():
-        out, lse = ring_forward(q, k, v, ring, plans, scale, 0.0, False)
-        return (out, lse) + ring_backward(dout, q, k, v, out, lse, ring, plans, scale, 0.0, False)
+        out, lse = ring_forward(q, k, v, ring, plans, scale, 0.0, True)
+        return (out, lse) + ring_backward(dout, q, k, v, out, lse, ring, plans, scale, 0.0, True)
 
     def plain():
         out, lse = torch.ops.flash4.fwd(q, k, v, scale, True, -1, -1, 0.0, False)
-        return (out, lse) + tuple(torch.ops.flash4.bwd(dout, q, k, v, out, lse, scale, True, -1, -1, 0.0, False))[:3]
+        return (out, lse) + tuple(torch.ops.flash4.bwd(dout, q, k, v, out, lse, scale, True, -1, -1, 0.0, True))[:3]
 
     got, want = general(), plain()
     torch.cuda.synchronize()

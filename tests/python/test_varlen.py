@@ -129,6 +129,16 @@ class VarlenCase:
                                     self.softcap, sink, round_to, self.used_q, self.used_k)
         out.backward(self.dout.double())
         grads = [t.grad for t in leaves] + ([sink.grad] if sink is not None else [])
+        if round_to is not None:  # the naive baseline returns its gradients in the dtype, as flash4 and the dense
+            grads = [g.to(round_to).double() for g in grads[:3]] + grads[3:]  # tests' baseline do (sink: fp32)
+            if sink is not None:
+                # dsink = -sum over rows of P(sink) * D, D = rowsum(dO * O) from the output as stored (rounded),
+                # as every FlashAttention backward and the C++ naive backward compute it.
+                lse_d = lse.detach()
+                p_sink = torch.where(torch.isfinite(lse_d), torch.exp(sink.detach()[:, None] - lse_d),
+                                     torch.zeros_like(lse_d))
+                d_rows = (self.dout.double() * out.detach()).sum(-1)  # (total_q, heads)
+                grads[3] = -(p_sink * d_rows.T).sum(-1)
         return out, lse, grads
 
     def check(self):
