@@ -136,12 +136,6 @@ KvCaseSpec spec(int64_t batch, int64_t seqlen_q, int64_t heads, int64_t heads_kv
   return s;
 }
 
-template <class Change>
-KvCaseSpec with(KvCaseSpec s, Change&& change) {
-  change(s);
-  return s;
-}
-
 // One query token: GQA 8:1, 4:1 and MQA, every head dim, both dtypes, odd and mixed lengths in one batch
 // (0: no key, out 0 and lse -inf).
 TEST(KvCacheGpu, Decode) {

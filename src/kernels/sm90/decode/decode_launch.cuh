@@ -13,7 +13,7 @@ namespace flash4::sm90::decode {
 template <class Element, int kHeadDim, int kWarpsM>
 void launch_shape(const DecodeParams& p, cudaStream_t stream) {
   using Tile = DecodeTile<kHeadDim, kWarpsM>;
-  detail::opt_in_shared_memory<&decode_kernel<Element, kHeadDim, kWarpsM>>(Tile::kSmemBytes);
+  detail::opt_in_shared_memory<&decode_kernel<Element, kHeadDim, kWarpsM>>(Tile::kSmemBytes, Tile::kCtasPerSm > 1);
   const dim3 grid(static_cast<unsigned>(p.splits * p.row_tiles), static_cast<unsigned>(p.kv.attention.heads_kv),
                   static_cast<unsigned>(p.kv.attention.batch));
   decode_kernel<Element, kHeadDim, kWarpsM><<<grid, kThreads, Tile::kSmemBytes, stream>>>(p);
