@@ -2,7 +2,7 @@
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...]
-//                     [--host] [--varlen]
+//                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]]
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
@@ -10,6 +10,8 @@
 //   --host: host microseconds per call of forward / backward on a tiny problem and of their parts (host_costs.cuh).
 //   --varlen: packed batches (lengths 128..4096, 16k tokens) and the learnable sink, forward and backward, beside
 //             the dense batch of the same FLOPs (varlen_bench.cuh).
+//   --decode: KV-cache decode (issue #19's rows, contiguous and paged caches, graph replay, single-call latency)
+//             and chunked prefill (decode_bench.cuh); --decode-splits times each listed split count (0 = auto).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -274,10 +276,26 @@ std::vector<Variant> tile_candidates(const Shape&) { return {}; }
 }  // namespace
 
 #include "varlen_bench.cuh"
+#include "decode_bench.cuh"
+
+namespace {
+// "1,4,16" -> {1, 4, 16}.
+std::vector<int> parse_ints(const char* c) {
+  std::vector<int> out;
+  while (*c) {
+    char* end = nullptr;
+    out.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+    if (end == c) break;
+    c = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
-  bool ablation = false, backward = false, candidates = false, host = false, varlen = false;
+  bool ablation = false, backward = false, candidates = false, host = false, varlen = false, decode = false;
+  std::vector<int> decode_splits = {0};
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
   for (int i = 1; i < argc; ++i) {
@@ -286,13 +304,7 @@ int main(int argc, char** argv) {
       continue;
     }
     if (!std::strcmp(argv[i], "--seqlens") && i + 1 < argc) {
-      seqlens.clear();
-      for (const char* c = argv[++i]; *c;) {
-        char* end = nullptr;
-        seqlens.push_back(static_cast<int>(std::strtol(c, &end, 10)));
-        c = *end == ',' ? end + 1 : end;
-        if (end == c && *c) break;
-      }
+      seqlens = parse_ints(argv[++i]);
       continue;
     }
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
@@ -303,9 +315,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--backward")) backward = true;
     else if (!std::strcmp(argv[i], "--host")) host = true;
     else if (!std::strcmp(argv[i], "--varlen")) varlen = true;
+    else if (!std::strcmp(argv[i], "--decode")) decode = true;
+    else if (!std::strcmp(argv[i], "--decode-splits") && i + 1 < argc) decode_splits = parse_ints(argv[++i]);
   }
   if (varlen) {
     varlen_bench::run(iters);
+    return 0;
+  }
+  if (decode) {
+    decode_bench::run(iters, decode_splits);
     return 0;
   }
   if (host) {

@@ -27,6 +27,8 @@ file(CONFIGURE OUTPUT ${FLASH4_GENERATED_DIR}/fwd_configs.inc CONTENT
 
 # The backward's instantiations (appends to FLASH4_CUDA_SOURCES).
 include(${CMAKE_CURRENT_LIST_DIR}/bwd_kernels.cmake)
+# The decode (KV-cache) kernels' instantiations (appends to FLASH4_CUDA_SOURCES).
+include(${CMAKE_CURRENT_LIST_DIR}/decode_kernels.cmake)
 
 target_sources(flash4 PRIVATE ${FLASH4_CUDA_SOURCES})
 target_include_directories(flash4 PRIVATE ${FLASH4_GENERATED_DIR} ${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES})

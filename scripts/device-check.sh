@@ -21,6 +21,11 @@
 #            bf16 kernels only, in parallel) into devbin/old/flash4_bench_<tag>, for the ab stage that follows
 #   varlen - packed batches and the learnable sink against the dense batch of the same FLOPs (flash4_bench
 #            --varlen), JSON lines in DIR/varlen.jsonl
+#   decode - KV-cache decode: the decode GPU tests (GTEST_FILTER ${DECODE_FILTER:-KvCache*:DecodeRoute*}), then
+#            flash4_bench --decode (issue #19's rows, contiguous / paged 256 / paged 16, single calls, graph replays,
+#            chunked prefill; DECODE_SPLITS="0,1,4,16" times several split counts) into DIR/decode.jsonl, and
+#            bench/decode_bench.py (flash4 Python paths vs cuDNN vs FA4 in one process, when torch imports) into
+#            DIR/decode-py.jsonl
 #   ab-bwd - backward A/B: this build's flash4_bench --backward against every devbin/old/flash4_bench_<tag>
 #            (other commits' builds, carried) and cuDNN, for judging backward changes in one call
 #   host     - host microseconds per call: C++ API and its parts, Python paths vs SDPA (after install-python)
@@ -201,6 +206,27 @@ PY
       done
       summary+=("A/B: $(wc -l <"$OUT/ab.jsonl") timings")
       python3 bench/ab_table.py "$OUT/ab.jsonl" --old "${AB_OLD:-old}" | tee "$OUT/ab-table.txt"
+      ;;
+    decode)
+      timeout "${TEST_LIMIT_S:-400}" "$BUILD_DIR/tests/flash4_gpu_tests" --gtest_filter="${DECODE_FILTER:-KvCache*:DecodeRoute*}" \
+        >"$OUT/decode-tests.log" 2>&1
+      summary+=("decode tests: rc=$?; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/decode-tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/decode-tests.log" | head -20
+      timeout "${DECODE_LIMIT_S:-400}" "$BUILD_DIR/bench/flash4_bench" --decode --iters 30 \
+        --decode-splits "${DECODE_SPLITS:-0}" >"$OUT/decode.jsonl" 2>"$OUT/decode.err"
+      summary+=("decode bench: rc=$? $(wc -l <"$OUT/decode.jsonl") rows")
+      if python3 -c "import torch" 2>/dev/null; then
+        PYTHONUNBUFFERED=1 timeout "${DECODE_LIMIT_S:-400}" python3 bench/decode_bench.py >"$OUT/decode-py.jsonl" \
+          2>"$OUT/decode-py.err"
+        summary+=("decode python bench: rc=$? $(wc -l <"$OUT/decode-py.jsonl") rows")
+      fi
+      python3 - "$OUT/decode.jsonl" <<'PY'
+import json, sys
+print(f"{'impl':<16} {'layout':<11} {'b x s':>10} {'sq':>4} {'splits':>6} {'us':>9} {'TB/s':>6} {'TFLOP/s':>8} {'single':>8} {'graph':>8}")
+for r in map(json.loads, open(sys.argv[1])):
+    print(f"{r['impl']:<16} {r['layout']:<11} {str(r['b']) + 'x' + str(r['s']):>10} {r['sq']:>4} {r['splits']:>6} "
+          f"{r['us']:9.1f} {r['tbps']:6.2f} {r['tflops']:8.1f} {r['us_single']:8.1f} {r['us_graph']:8.1f}")
+PY
       ;;
     varlen)
       timeout "${AB_LIMIT_S:-300}" "$BUILD_DIR/bench/flash4_bench" --varlen --iters 20 >"$OUT/varlen.jsonl" 2>"$OUT/varlen.err"

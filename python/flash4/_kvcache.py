@@ -43,8 +43,9 @@ def flash_attn_with_kvcache(
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
     by their LSE); learnable_sink: None or float32 (heads,). Returns out (like q) or (out, lse) with lse
     (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes (flash-attn's) are
-    not implemented and must be None. The GPU path is not implemented yet: CUDA tensors raise
-    NotImplementedError.
+    not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim 64, 128, 256, on an H100 / H200) run
+    the split-KV decode kernels without a host synchronisation (CUDA-graph capturable); other GPU configurations
+    raise NotImplementedError with the reason.
     """
     if cache_leftpad is not None:
         raise NotImplementedError("flash4 does not implement cache_leftpad; it must be None")

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/backends.h"
+#include "api/kvcache_backends.h"
 
 namespace flash4::detail {
 namespace {
@@ -17,6 +18,11 @@ void cuda_forward(const ForwardArgs&, const Problem&, Stream) {
 }
 void cuda_backward(const BackwardArgs&, const Problem&, Stream) {
   throw Error(Status::kNotSupported, std::string("flash4::backward: ") + kNoCuda);
+}
+
+Support cuda_can_forward_kvcache(const KvCacheArgs&, const KvCacheProblem&) { return {false, kNoCuda}; }
+void cuda_forward_kvcache(const KvCacheArgs&, const KvCacheProblem&, Stream) {
+  throw Error(Status::kNotSupported, std::string("flash4::forward_kvcache: ") + kNoCuda);
 }
 
 bool cuda_device_supported(int) { return false; }

@@ -6,24 +6,23 @@
 namespace flash4 {
 namespace {
 
-// ---- GPU KV-cache gate: the one place that refuses CUDA tensors. Replace with the CUDA backend's own
-// can_implement / launch when the split-KV decode kernel and its combine kernel exist. ----
-Support cuda_kvcache_support() { return {false, "KV-cache attention is not yet implemented on the GPU path"}; }
-
 bool is_cpu(const TensorView& t) { return t.device.kind == DeviceKind::kCpu; }
 
 }  // namespace
 
 Support can_implement(const KvCacheArgs& args) {
-  detail::validate(args);
+  const detail::KvCacheProblem p = detail::validate(args);
   if (is_cpu(args.q)) return {};
-  return cuda_kvcache_support();
+  return detail::cuda_can_forward_kvcache(args, p);
 }
 
-void forward_kvcache(const KvCacheArgs& args, Stream) {
+void forward_kvcache(const KvCacheArgs& args, Stream stream) {
   const detail::KvCacheProblem p = detail::validate(args);
   if (!is_cpu(args.q)) {
-    throw Error(Status::kNotSupported, std::string("flash4::forward_kvcache: ") + cuda_kvcache_support().reason);
+    if (const Support s = detail::cuda_can_forward_kvcache(args, p); !s)
+      throw Error(Status::kNotSupported, std::string("flash4::forward_kvcache: ") + s.reason);
+    detail::cuda_forward_kvcache(args, p, stream);
+    return;
   }
   detail::cpu_forward_kvcache(args, p);
 }

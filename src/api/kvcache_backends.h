@@ -14,4 +14,9 @@ KvCacheProblem validate(const KvCacheArgs& args);
 // CPU backend (src/cpu/kvcache_forward.cpp): append (with rotary), split-KV attention, LSE combine.
 void cpu_forward_kvcache(const KvCacheArgs& args, const KvCacheProblem& p);
 
+// CUDA backend (src/kernels/sm90/decode): append (with rotary), split-KV decode attention, combine. In a build
+// without CUDA these report "built without CUDA" (src/api/cuda_stub.cc).
+Support cuda_can_forward_kvcache(const KvCacheArgs& args, const KvCacheProblem& p);
+void cuda_forward_kvcache(const KvCacheArgs& args, const KvCacheProblem& p, Stream stream);
+
 }  // namespace flash4::detail

@@ -99,6 +99,8 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
     FLASH4_REQUIRE(c, s.batch == 0 || p.num_slots >= 1,
                    "k_cache.shape[0] (num_pages) = 0 but a paged cache needs at least one page");
     p.max_pages = a.block_table.shape[1];
+    for (int shift = 0; shift < 62; ++shift)
+      if (p.page_size == int64_t{1} << shift) p.page_shift = shift;
     p.block_table = static_cast<const int*>(a.block_table.data);
     p.block_table_stride = a.block_table.stride[0];
   } else if (!present(a.cache_batch_idx)) {

@@ -18,6 +18,7 @@ struct KvCacheProblem {
   bool paged = false;
   int64_t num_slots = 0;                 // batch_cache (contiguous) or num_pages (paged): the caches' first dimension
   int64_t page_size = 0;                 // paged: rows per page; contiguous: seqlen_cache
+  int page_shift = -1;                   // paged: log2(page_size) when a power of two, else -1
   int64_t max_pages = 1;                 // paged: block_table.shape[1]
   int64_t capacity = 0;                  // keys a sequence can hold: seqlen_cache or max_pages * page_size
   int64_t seqlen_new = 0;                // keys appended per sequence (0 without k, v)
@@ -42,7 +43,8 @@ struct KvCacheProblem {
 
   // Where sequence b's keys lie in the caches.
   FLASH4_HD PagedKeys keys(int64_t b) const {
-    if (paged) return PagedKeys::paged(block_table + b * block_table_stride, page_size, max_pages, num_slots);
+    if (paged) return PagedKeys::paged(block_table + b * block_table_stride, page_size, max_pages, num_slots,
+                                      page_shift);
     int64_t slot = cache_batch_idx != nullptr ? cache_batch_idx[b] : b;
     slot = slot < 0 ? 0 : slot > num_slots - 1 ? num_slots - 1 : slot;
     return PagedKeys::contiguous(slot, page_size, num_slots);

@@ -22,14 +22,15 @@ struct PagedKeys {
   int64_t page_size = 0;             // paged: rows per page; contiguous: seqlen_cache
   int64_t max_pages = 1;             // entries in the block table row (contiguous: 1)
   int64_t num_slots = 1;             // pages in the pool (paged) or batch_cache (contiguous)
+  int page_shift = -1;               // paged: log2(page_size) when it is a power of two (a shift, not a division)
 
   // Device-resident page numbers cannot be checked without a synchronisation, so they are clamped to
   // [0, num_slots - 1]: a bad table reads a wrong page, never outside the pool. j must be < capacity().
   FLASH4_HD CacheRow at(int64_t j) const {
     if (block_table == nullptr) return {slot, j};
-    int64_t page_index = j / page_size;
-    if (page_index > max_pages - 1) page_index = max_pages - 1;
-    return {clamp_slot(block_table[page_index]), j - (j / page_size) * page_size};
+    const int64_t page = page_shift >= 0 ? j >> page_shift : j / page_size;
+    const int64_t row = j - page * page_size;
+    return {clamp_slot(block_table[page > max_pages - 1 ? max_pages - 1 : page]), row};
   }
   // Keys the sequence can hold.
   FLASH4_HD int64_t capacity() const { return block_table == nullptr ? page_size : page_size * max_pages; }
@@ -41,8 +42,10 @@ struct PagedKeys {
     k.num_slots = batch_cache;
     return k;
   }
-  FLASH4_HD static PagedKeys paged(const int* table_row, int64_t page_size, int64_t max_pages, int64_t num_pages) {
+  FLASH4_HD static PagedKeys paged(const int* table_row, int64_t page_size, int64_t max_pages, int64_t num_pages,
+                                   int page_shift = -1) {
     PagedKeys k;
+    k.page_shift = page_shift;
     k.block_table = table_row;
     k.page_size = page_size;
     k.max_pages = max_pages;

@@ -37,6 +37,13 @@ struct KvCaseSpec {
   std::string name() const;
 };
 
+// `s` after `change(s)`: with(spec, [](KvCaseSpec& s) { s.causal = true; }).
+template <class Change>
+KvCaseSpec with(KvCaseSpec s, Change&& change) {
+  change(s);
+  return s;
+}
+
 struct KvCacheCase {
   KvCaseSpec spec;
   HostTensor q, k_cache, v_cache, k, v, cos, sin, out, lse;

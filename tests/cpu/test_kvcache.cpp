@@ -30,12 +30,6 @@ KvCaseSpec spec(int64_t batch, int64_t seqlen_q, int64_t heads, int64_t heads_kv
   return s;
 }
 
-template <class Change>
-KvCaseSpec with(KvCaseSpec s, Change&& change) {
-  change(s);
-  return s;
-}
-
 TEST(KvCache, ContiguousDecode) {
   run_case(spec(3, 1, 4, 2, {17, 0, 130}));
   run_case(spec(2, 1, 8, 1, {1, 1000}, DType::kFloat16));

@@ -45,6 +45,7 @@
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/head_dims.h"
 #include "kernels/sm_count.h"
+#include "kernels/stream_workspace.h"
 #include "hw/sm90/tma_map.h"
 
 namespace flash4::sm90 {
@@ -60,24 +61,6 @@ namespace flash4::detail {
 namespace {
 
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // keeps every key-minus-query offset in int32 (bwd_params.h)
-
-// A stream-ordered allocation released (stream-ordered) when the scope ends, also on an exception.
-class StreamWorkspace {
- public:
-  StreamWorkspace(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    FLASH4_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamWorkspace() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  StreamWorkspace(const StreamWorkspace&) = delete;
-  StreamWorkspace& operator=(const StreamWorkspace&) = delete;
-  char* data() const { return static_cast<char*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
 
 constexpr size_t align256(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 

@@ -13,6 +13,7 @@
 #include "hw/sm90/tma_map.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
+#include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/fwd/fwd_params.h"
@@ -163,6 +164,7 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const auto& q = args.q;
   auto s = static_cast<cudaStream_t>(stream);
   if (p.seqlen_k == 0 || p.total_k == 0) return launch_forward_no_keys(args, p, s);
+  if (dense_decode_route(args, p)) return dense_decode_forward(args, p, s);  // decode-like: the split-KV kernel
   // Rows in no sequence (past seqused_q or the last packed segment) are cleared first; the kernel writes the rest.
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);

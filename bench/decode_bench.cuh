@@ -1,0 +1,199 @@
+// `flash4_bench --decode`: KV-cache decode for the targets of issue #19 (GQA 32/8, head_dim 128, bf16, one query
+// token): rows 1x8k .. 128x2k, contiguous and paged caches (pages of 256 and 16 rows, shuffled in the pool),
+// through flash4::forward_kvcache; the same rows through the dense forward (flash4::forward, its decode route);
+// then chunked prefill (512 queries against a 32k cache, causal) through forward_kvcache and the dense forward.
+// Per row: the median kernel time of back-to-back calls (CUDA events; enough cache copies rotated that the working
+// set exceeds L2), the KV read bandwidth (K and V bytes / time), the median of synchronized single calls (host
+// wall clock, host cost included) and of CUDA-graph replays. --decode-splits 0,1,4 times each split count
+// (0 = the library's choice). Prints JSON lines.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flash4/kvcache.h"
+#include "kernels/sm90/decode/decode_config.h"
+
+namespace decode_bench {
+
+constexpr int kHeads = 32, kHeadsKv = 8, kHeadDim = 128;
+
+struct Row {
+  int batch, seqlen;
+};
+const Row kRows[] = {{1, 8192}, {1, 65536}, {1, 131072}, {8, 8192}, {8, 32768}, {32, 16384}, {64, 4096}, {128, 2048}};
+
+__nv_bfloat16* random_bf16(size_t n, uint32_t seed) {
+  __nv_bfloat16* p = nullptr;
+  CHECK(cudaMalloc(&p, std::max<size_t>(n, 8) * 2));
+  fill_random<<<1024, 256>>>(p, n, seed);
+  return p;
+}
+
+// One cache copy (contiguous (batch, seqlen, hkv, d), or a pool of shuffled pages with its block table) and the
+// call's other tensors.
+struct Set {
+  __nv_bfloat16 *q, *k, *v, *out;
+  int *seqlens = nullptr, *table = nullptr;
+  flash4::KvCacheArgs args;
+};
+
+class Caches {
+ public:
+  // page = 0: contiguous. seqlen_q queries per sequence (causal when > 1).
+  Caches(const Row& r, int page, int seqlen_q) {
+    const size_t kv = size_t(r.batch) * r.seqlen * kHeadsKv * kHeadDim;
+    const size_t set_bytes = 2 * kv * 2;
+    const int sets = static_cast<int>(std::max<size_t>(1, (200u << 20) / set_bytes + 1));
+    std::mt19937 rng(7);
+    for (int i = 0; i < sets; ++i) {
+      Set s;
+      s.q = random_bf16(size_t(r.batch) * seqlen_q * kHeads * kHeadDim, 11u + i);
+      s.k = random_bf16(kv, 100u + 2 * i);
+      s.v = random_bf16(kv, 101u + 2 * i);
+      CHECK(cudaMalloc(&s.out, size_t(r.batch) * seqlen_q * kHeads * kHeadDim * 2));
+      const std::vector<int> lengths(r.batch, r.seqlen);
+      CHECK(cudaMalloc(&s.seqlens, r.batch * 4));
+      CHECK(cudaMemcpy(s.seqlens, lengths.data(), r.batch * 4, cudaMemcpyHostToDevice));
+      const flash4::Device dev = flash4::Device::cuda(0);
+      flash4::KvCacheArgs& a = s.args;
+      a.q = flash4::make_view(s.q, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, kHeads, kHeadDim);
+      a.out = flash4::make_view(s.out, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, kHeads, kHeadDim);
+      a.cache_seqlens = flash4::make_view(s.seqlens, flash4::DType::kInt32, dev, r.batch);
+      a.causal = seqlen_q > 1;
+      if (page == 0) {
+        a.k_cache = flash4::make_view(s.k, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
+        a.v_cache = flash4::make_view(s.v, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
+      } else {
+        const int pages_per_seq = r.seqlen / page, pages = r.batch * pages_per_seq;
+        std::vector<int> table(pages);
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), rng);  // pages anywhere in the pool, in any order
+        CHECK(cudaMalloc(&s.table, pages * 4));
+        CHECK(cudaMemcpy(s.table, table.data(), pages * 4, cudaMemcpyHostToDevice));
+        a.k_cache = flash4::make_view(s.k, flash4::DType::kBFloat16, dev, pages, page, kHeadsKv, kHeadDim);
+        a.v_cache = flash4::make_view(s.v, flash4::DType::kBFloat16, dev, pages, page, kHeadsKv, kHeadDim);
+        a.block_table = flash4::make_view(s.table, flash4::DType::kInt32, dev, r.batch, pages_per_seq);
+      }
+      sets_.push_back(s);
+    }
+    CHECK(cudaDeviceSynchronize());
+  }
+  ~Caches() {
+    for (Set& s : sets_)
+      for (void* p : {(void*)s.q, (void*)s.k, (void*)s.v, (void*)s.out, (void*)s.seqlens, (void*)s.table}) cudaFree(p);
+  }
+  int count() const { return static_cast<int>(sets_.size()); }
+  Set& set(int i) { return sets_[i]; }
+  // The same tensors as a dense forward (contiguous caches only): k, v (batch, seqlen, hkv, d).
+  flash4::ForwardArgs dense_args(int i) const {
+    const flash4::KvCacheArgs& a = sets_[i].args;
+    flash4::ForwardArgs f;
+    f.q = a.q;
+    f.k = a.k_cache;
+    f.v = a.v_cache;
+    f.out = a.out;
+    f.causal = a.causal;
+    return f;
+  }
+
+ private:
+  std::vector<Set> sets_;
+};
+
+// Median wall-clock microseconds of a synchronized single call (the latency a serving loop sees per step).
+template <class Call>
+double single_call_us(Call call, int iters) {
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call(i);
+    CHECK(cudaDeviceSynchronize());
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Median kernel time of CUDA-graph replays of one captured call per set.
+template <class Call>
+double graph_us(int sets, int iters, Call call) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<cudaGraphExec_t> execs(sets);
+  for (int i = 0; i < sets; ++i) {
+    cudaGraph_t graph;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    call(i, stream);
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&execs[i], graph, 0));
+    CHECK(cudaGraphDestroy(graph));
+  }
+  const double ms = median_ms_of(sets, iters, [&](int i) { CHECK(cudaGraphLaunch(execs[i], nullptr)); });
+  for (auto e : execs) cudaGraphExecDestroy(e);
+  cudaStreamDestroy(stream);
+  return ms * 1e3;
+}
+
+inline void print_row(const char* impl, const std::string& layout, const Row& r, int seqlen_q, int splits,
+                      double us, double us_single, double us_graph) {
+  const double kv_bytes = 2.0 * r.batch * r.seqlen * kHeadsKv * kHeadDim * 2;
+  double flops = 4.0 * r.batch * kHeads * kHeadDim * double(seqlen_q) * r.seqlen;
+  if (seqlen_q > 1) flops -= 2.0 * r.batch * kHeads * kHeadDim * double(seqlen_q) * (seqlen_q - 1);  // causal
+  std::printf("{\"bench\": \"decode\", \"impl\": \"%s\", \"layout\": \"%s\", \"b\": %d, \"s\": %d, \"sq\": %d, "
+              "\"h\": %d, \"hkv\": %d, \"d\": %d, \"splits\": %d, \"us\": %.2f, \"tbps\": %.3f, \"tflops\": %.1f, "
+              "\"us_single\": %.2f, \"us_graph\": %.2f}\n",
+              impl, layout.c_str(), r.batch, r.seqlen, seqlen_q, kHeads, kHeadsKv, kHeadDim, splits, us,
+              kv_bytes / us / 1e6, flops / us / 1e6, us_single, us_graph);
+  std::fflush(stdout);
+}
+
+inline void run(int iters, const std::vector<int>& split_counts) {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (const Row& r : kRows) {
+    for (int page : {0, 256, 16}) {
+      Caches caches(r, page, 1);
+      const std::string layout = page == 0 ? "contiguous" : "paged" + std::to_string(page);
+      for (int splits : split_counts) {
+        for (int i = 0; i < caches.count(); ++i) caches.set(i).args.num_splits = splits;
+        const int chosen = flash4::sm90::decode::decode_num_splits(splits, sms, r.batch, kHeadsKv, kHeads / kHeadsKv,
+                                                                   kHeadDim, r.seqlen);
+        auto call = [&](int i) { flash4::forward_kvcache(caches.set(i % caches.count()).args); };
+        const double us = median_ms_of(caches.count(), iters, call) * 1e3;
+        const double single = single_call_us(call, 20);
+        const double graph = graph_us(caches.count(), iters, [&](int i, cudaStream_t s) {
+          flash4::forward_kvcache(caches.set(i).args, s);
+        });
+        print_row("flash4_kvcache", layout, r, 1, chosen, us, single, graph);
+      }
+      if (page == 0) {  // the dense forward's decode route on the same tensors
+        auto dense = [&](int i) { flash4::forward(caches.dense_args(i % caches.count())); };
+        const double us = median_ms_of(caches.count(), iters, dense) * 1e3;
+        print_row("flash4_forward", "dense", r, 1, 0, us, single_call_us(dense, 20), 0.0);
+      }
+    }
+  }
+  // Chunked prefill: 512 queries (causal, the last positions) against a 32k cache.
+  const Row chunk{1, 32768};
+  for (int page : {0, 256}) {
+    Caches caches(chunk, page, 512);
+    auto call = [&](int i) { flash4::forward_kvcache(caches.set(i % caches.count()).args); };
+    const double us = median_ms_of(caches.count(), iters, call) * 1e3;
+    print_row("flash4_kvcache", page == 0 ? "contiguous" : "paged256", chunk, 512, 0, us, single_call_us(call, 10),
+              0.0);
+    if (page == 0) {
+      auto dense = [&](int i) { flash4::forward(caches.dense_args(i % caches.count())); };
+      print_row("flash4_forward", "dense", chunk, 512, 0, median_ms_of(caches.count(), iters, dense) * 1e3,
+                single_call_us(dense, 10), 0.0);
+    }
+  }
+}
+
+}  // namespace decode_bench

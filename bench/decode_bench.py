@@ -1,0 +1,110 @@
+"""Decode (one query token against a KV cache) in ONE process: flash4.flash_attn_with_kvcache (contiguous and
+paged caches), flash4.flash_attn_func (its decode route), cuDNN SDPA, and FlashAttention-4's flash_attn_func
+(`from flash_attn.cute import flash_attn_func`) when importable; the rows of issue #19 (GQA 32/8, head_dim 128,
+bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls (us), the KV
+read bandwidth (TB/s) and the median single synchronized call (us). Cache copies are rotated so that the working
+set exceeds L2."""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdpa_bench import median_ms, single_call_ms  # noqa: E402
+
+ROWS = ((1, 8192), (1, 65536), (1, 131072), (8, 8192), (8, 32768), (32, 16384), (64, 4096), (128, 2048))
+IMPLS = ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16", "flash4_func", "cudnn", "fa4")
+
+
+def make_impls(names, log):
+    """{name: fn(q, k, v, seqlens, table, page) -> out} for the names whose packages import."""
+    fns = {}
+    if any(n.startswith("flash4") for n in names):
+        try:
+            import flash4
+
+            def kvcache(q, k, v, seqlens, table, page):
+                return flash4.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, block_table=table)
+            for n in ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16"):
+                fns[n] = kvcache
+            fns["flash4_func"] = lambda q, k, v, seqlens, table, page: flash4.flash_attn_func(q, k, v)
+        except Exception as e:
+            log(f"flash4 left out: {type(e).__name__}: {e}")
+    if "cudnn" in names:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def cudnn(q, k, v, seqlens, table, page):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      enable_gqa=True).transpose(1, 2)
+        fns["cudnn"] = cudnn
+    if "fa4" in names:
+        try:
+            from flash_attn.cute import flash_attn_func as fa4_func
+
+            def fa4(q, k, v, seqlens, table, page):
+                out = fa4_func(q, k, v)
+                return out[0] if isinstance(out, tuple) else out
+            fns["fa4"] = fa4
+        except Exception as e:
+            log(f"fa4 left out: flash_attn.cute does not import ({type(e).__name__}: {e})")
+    return {n: fns[n] for n in names if n in fns}
+
+
+def page_of(name):
+    return 256 if name.endswith("paged256") else 16 if name.endswith("paged16") else 0
+
+
+def inputs(batch, seqlen, page, sets, device="cuda"):
+    """`sets` copies of (q, k_cache, v_cache, cache_seqlens, block_table); paged pools hold shuffled pages."""
+    import torch
+    out = []
+    for _ in range(sets):
+        q = torch.randn(batch, 1, 32, 128, dtype=torch.bfloat16, device=device)
+        if page:
+            pages = batch * seqlen // page
+            k = torch.randn(pages, page, 8, 128, dtype=torch.bfloat16, device=device)
+            v = torch.randn_like(k)
+            table = torch.randperm(pages, device=device, dtype=torch.int32).reshape(batch, seqlen // page)
+        else:
+            k = torch.randn(batch, seqlen, 8, 128, dtype=torch.bfloat16, device=device)
+            v = torch.randn_like(k)
+            table = None
+        seqlens = torch.full((batch,), seqlen, dtype=torch.int32, device=device)
+        out.append((q, k, v, seqlens, table))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split(";")[0])
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warm-ms", type=float, default=100.0)
+    args = ap.parse_args()
+    import torch
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    fns = make_impls([n.strip() for n in args.impls.split(",") if n.strip()], log)
+    for batch, seqlen in ROWS:
+        kv_bytes = 2 * batch * seqlen * 8 * 128 * 2
+        sets = max(1, (200 << 20) // kv_bytes + 1)
+        for name, fn in fns.items():
+            page = page_of(name)
+            data = inputs(batch, seqlen, page, sets)
+            run = lambda i: fn(*data[i], page)  # noqa: E731
+            try:
+                ms = median_ms(run, args.iters, sets, args.warm_ms)
+                single = single_call_ms(run, 20, sets)
+            except Exception as e:  # one implementation's refusal must not end the sweep
+                log(f"{name} {batch}x{seqlen}: {type(e).__name__}: {e}")
+                continue
+            print(json.dumps({"bench": "decode", "impl": name, "b": batch, "s": seqlen, "h": 32, "hkv": 8, "d": 128,
+                              "us": round(ms * 1e3, 2), "tbps": round(kv_bytes / (ms * 1e-3) / 1e12, 3),
+                              "us_single": round(single * 1e3, 2)}), flush=True)
+            del data
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

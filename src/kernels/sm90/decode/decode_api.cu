@@ -1,0 +1,217 @@
+// The decode kernels' side of dispatch: what the GPU runs of a KV-cache call (and why not), the launch of append,
+// attention and combine for it, and the dense forward's decode route (flash4::forward with few query rows per KV
+// head, decode_dense.h). Sizes and split counts are decided here once; the kernels take them from DecodeParams.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "api/backends.h"
+#include "api/kvcache_backends.h"
+#include "decode_configs.inc"  // generated: FLASH4_DECODE_CONFIGS(X), the compiled (dtype, head_dim) set
+#include "kernels/cuda_check.h"
+#include "kernels/device_guard.h"
+#include "kernels/sm90/decode/decode_config.h"
+#include "kernels/sm90/decode/decode_dense.h"
+#include "kernels/sm90/decode/decode_launch.h"
+#include "kernels/sm90/head_dims.h"
+#include "kernels/sm_count.h"
+#include "kernels/stream_workspace.h"
+
+namespace flash4::detail {
+namespace {
+
+using sm90::decode::AppendParams;
+using sm90::decode::CombineParams;
+using sm90::decode::DecodeParams;
+using sm90::decode::RowsView;
+
+template <class T>
+constexpr bool compiled_decode(int64_t head_dim) {
+  bool found = false;
+#define FLASH4_MATCH_DECODE(Ty, D) found = found || (std::is_same_v<T, Ty> && head_dim == D);
+  FLASH4_DECODE_CONFIGS(FLASH4_MATCH_DECODE)
+#undef FLASH4_MATCH_DECODE
+  return found;
+}
+
+bool compiled_decode_for(DType dtype, int64_t head_dim) {
+  if (dtype == DType::kBFloat16) return compiled_decode<__nv_bfloat16>(head_dim);
+  if (dtype == DType::kFloat16) return compiled_decode<__half>(head_dim);
+  return false;
+}
+
+// cp.async copies 16 bytes: aligned base pointers and row strides of whole 16-byte chunks.
+bool aligned16(const TensorView& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if ((t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
+  return true;
+}
+
+constexpr int64_t kMaxKeys = (int64_t{1} << 31) - 1;  // key positions, rows and grid sizes stay in int32
+constexpr int64_t kMaxGridYz = 65535;
+
+// Why the decode kernels cannot run these tensors; empty when they can. `rows`: the tensors read by cp.async.
+std::string decode_refusal(const TensorView& q, int64_t head_dim, std::initializer_list<const TensorView*> rows) {
+  if (!cuda_device_supported(q.device.index))
+    return "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(q.device) + " is not one";
+  if (q.dtype != DType::kBFloat16 && q.dtype != DType::kFloat16)
+    return std::string("the GPU decode kernels support bf16 and fp16, not ") + dtype_name(q.dtype) +
+           "; use the CPU for fp32";
+  if (!sm90::kernel_head_dim(head_dim))
+    return "head_dim " + std::to_string(head_dim) + " is not supported by the GPU decode kernels (supported: " +
+           sm90::kKernelHeadDimsText + "; the CPU runs every multiple of 8 up to 256)";
+  if (!compiled_decode_for(q.dtype, head_dim))
+    return "head_dim " + std::to_string(head_dim) + " is not compiled for the GPU decode kernels (FLASH4_HEAD_DIMS)";
+  for (const TensorView* t : rows)
+    if (t->data != nullptr && !aligned16(*t))
+      return "the GPU decode kernels need 16-byte aligned data pointers and strides that are multiples of 8 "
+             "elements (cp.async); make the tensors contiguous";
+  return {};
+}
+
+RowsView rows_view(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
+
+// The split count and the launch of attention (and the combine when it splits) for a validated problem whose
+// appended keys, if any, are already in the caches. q: the (possibly rotated) queries.
+void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorView& k_cache,
+                   const TensorView& v_cache, const TensorView& out, const TensorView& lse, cudaStream_t stream) {
+  const Problem& s = kv.attention;
+  const int64_t rows = s.seqlen_q * s.group();
+  const bool wide = sm90::decode::decode_wide_rows(rows);
+  const int64_t block_m = sm90::decode::decode_block_m(rows);
+  DecodeParams p;
+  p.kv = kv;
+  p.score = s.score_transform();
+  p.q = rows_view(q);
+  p.k_cache = rows_view(k_cache);
+  p.v_cache = rows_view(v_cache);
+  p.out = out.data;
+  p.out_stride_b = out.stride[0];
+  p.out_stride_s = out.stride[1];
+  p.out_stride_h = out.stride[2];
+  if (lse.data != nullptr) {
+    p.lse = static_cast<float*>(lse.data);
+    p.lse_stride_b = lse.stride[0];
+    p.lse_stride_h = lse.stride[1];
+  }
+  p.group = static_cast<int>(s.group());
+  p.rows = static_cast<int>(rows);
+  p.row_tiles = static_cast<int>((rows + block_m - 1) / block_m);
+  p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv, rows,
+                                             s.head_dim, kv.capacity);
+
+  const auto launch = [&](const DecodeParams& params) {
+#define FLASH4_LAUNCH_DECODE(T, D)                                                                \
+  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && s.head_dim == D) \
+    return sm90::decode::launch_decode<T, D>(params, wide, stream);
+    FLASH4_DECODE_CONFIGS(FLASH4_LAUNCH_DECODE)
+#undef FLASH4_LAUNCH_DECODE
+    throw Error(Status::kNotSupported, "flash4: no compiled GPU decode kernel for this configuration");
+  };
+  if (p.splits == 1) return launch(p);
+
+  // Partials: o (splits, batch, heads, seqlen_q, d) and lse (splits, batch, heads, seqlen_q), fp32.
+  const size_t part_rows = static_cast<size_t>(p.splits) * s.batch * s.heads * s.seqlen_q;
+  const size_t o_bytes = (part_rows * s.head_dim * 4 + 255) & ~size_t{255};
+  StreamWorkspace workspace(o_bytes + part_rows * 4, stream);
+  p.o_partial = reinterpret_cast<float*>(workspace.data());
+  p.lse_partial = reinterpret_cast<float*>(workspace.data() + o_bytes);
+  launch(p);
+  CombineParams c;
+  c.o_partial = p.o_partial;
+  c.lse_partial = p.lse_partial;
+  c.splits = p.splits;
+  c.batch = static_cast<int>(s.batch);
+  c.heads = static_cast<int>(s.heads);
+  c.seqlen_q = static_cast<int>(s.seqlen_q);
+  c.sink = s.learnable_sink;
+  c.out = out.data;
+  c.out_stride_b = p.out_stride_b;
+  c.out_stride_s = p.out_stride_s;
+  c.out_stride_h = p.out_stride_h;
+  c.lse = p.lse;
+  c.lse_stride_b = p.lse_stride_b;
+  c.lse_stride_h = p.lse_stride_h;
+  sm90::decode::launch_combine(c, q.dtype, static_cast<int>(s.head_dim), stream);
+}
+
+}  // namespace
+
+Support cuda_can_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
+  if (const std::string why = decode_refusal(a.q, s.head_dim, {&a.q, &a.k_cache, &a.v_cache, &a.out});
+      !why.empty())
+    return {false, why};
+  if (p.capacity > kMaxKeys || s.batch > kMaxGridYz || s.heads_kv > kMaxGridYz ||
+      s.batch * s.seqlen_q * s.heads > kMaxKeys)
+    return {false, "the GPU decode kernels support caches of < 2^31 keys per sequence, batch and heads_kv <= "
+                   "65535 and batch * seqlen_q * heads < 2^31"};
+  return {};
+}
+
+void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream stream) {
+  DeviceGuard guard(a.q.device.index);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const Problem& pr = p.attention;
+  const bool rotary = p.rotary_dim > 0;
+  const size_t q_bytes = static_cast<size_t>(pr.batch * pr.seqlen_q * pr.heads * pr.head_dim) * 2;
+  std::optional<StreamWorkspace> q_rotated;  // the rotated queries, contiguous (batch, seqlen_q, heads, d)
+  if (rotary) q_rotated.emplace(std::max<size_t>(q_bytes, 256), s);
+  TensorView q = a.q;
+  if (p.seqlen_new > 0 || rotary) {
+    AppendParams ap;
+    ap.kv = p;
+    ap.head_dim = static_cast<int>(pr.head_dim);
+    if (p.seqlen_new > 0) {
+      ap.k_new = rows_view(a.k);
+      ap.v_new = rows_view(a.v);
+      ap.k_cache = a.k_cache.data;
+      ap.v_cache = a.v_cache.data;
+      ap.k_cache_strides = rows_view(a.k_cache);
+      ap.v_cache_strides = rows_view(a.v_cache);
+      ap.append_rows = pr.batch * p.seqlen_new * pr.heads_kv;
+    }
+    if (rotary) {
+      ap.q = rows_view(a.q);
+      ap.q_rotated = q_rotated->data();
+      ap.q_rows = pr.batch * pr.seqlen_q * pr.heads;
+      ap.cos = a.rotary_cos.data;
+      ap.sin = a.rotary_sin.data;
+      ap.cos_stride = a.rotary_cos.stride[0];
+      ap.sin_stride = a.rotary_sin.stride[0];
+      q = make_view(q_rotated->data(), a.q.dtype, a.q.device, pr.batch, pr.seqlen_q, pr.heads, pr.head_dim);
+    }
+    sm90::decode::launch_append(ap, a.q.dtype, s);
+  }
+  if (a.out.numel() == 0) return;
+  run_attention(p, q, a.k_cache, a.v_cache, a.out, a.lse, s);
+}
+
+bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
+  // Few query rows per KV head (seqlen_q <= 16: the dense kernel's 128-row tile would be at most 1/8 used and
+  // would read K / V once per query head) and no packed or partial sequences (the decode kernel's dense view).
+  if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.split_head_dims()) return false;
+  if (p.seqlen_q > 16 || p.seqlen_q * p.group() > 64 || p.seqlen_k == 0) return false;
+  if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
+  return decode_refusal(a.q, p.head_dim, {&a.q, &a.k, &a.v, &a.out}).empty();
+}
+
+void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t stream) {
+  // The dense batch as a contiguous cache holding every sequence's seqlen_k keys, nothing appended.
+  KvCacheProblem kv;
+  kv.attention = p;
+  kv.num_slots = p.batch;
+  kv.page_size = p.seqlen_k;
+  kv.capacity = p.seqlen_k;
+  kv.cache_seqlen = p.seqlen_k;
+  run_attention(kv, a.q, a.k, a.v, a.out, a.lse, stream);
+}
+
+}  // namespace flash4::detail

@@ -1,0 +1,18 @@
+// The dense forward's decode route: flash4::forward problems with few query rows per KV head (decode-like:
+// seqlen_q <= 16, seqlen_q * group <= 64, no packed or partial sequences) run on the split-KV decode kernel, which
+// reads each K/V byte once per KV head and spreads the keys over the SMs, instead of the 128-row forward tile.
+// Same semantics (mask aligned bottom-right, softcap, sink) and the LSE the backward needs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/problem.h"
+#include "flash4/api.h"
+
+namespace flash4::detail {
+
+// Whether the forward of this validated problem takes the decode kernel (and the decode kernel can run it).
+bool dense_decode_route(const ForwardArgs& args, const Problem& p);
+void dense_decode_forward(const ForwardArgs& args, const Problem& p, cudaStream_t stream);
+
+}  // namespace flash4::detail

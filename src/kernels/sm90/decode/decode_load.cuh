@@ -1,0 +1,59 @@
+// The decode kernel's global -> shared copies (cp.async, 16 bytes per thread and instruction): the CTA's Q rows
+// once, and one block of kBlockN keys of K and V per pipeline stage. Keys are found row by row through the
+// sequence's PagedKeys (common/paged_keys.h), so a contiguous cache, pages of any size in any order, and a block
+// that straddles pages all take the same path; rows outside [first, last] are zero-filled (a zero V row times a
+// zero P adds nothing, where an unread cache row could hold NaN).
+#pragma once
+
+#include <cstdint>
+
+#include "common/paged_keys.h"
+#include "hw/sm90/cp_async.cuh"
+#include "kernels/sm90/decode/decode_params.h"
+
+namespace flash4::sm90::decode {
+
+// Rows [row0, row0 + kBlockM) of the packed (query, group head) rows of sequence b, KV head hkv, into s_q
+// (kBlockM, kLd) 16-bit; rows >= rows_valid are zeros.
+template <class Element, class Tile>
+__device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int64_t b, int hkv, int group,
+                                            int row0, int rows_valid) {
+  constexpr int kChunks = Tile::kHeadDim / 8;  // 16-byte chunks per row
+  const Element* base = static_cast<const Element*>(q.data);
+  for (int c = static_cast<int>(threadIdx.x); c < Tile::kBlockM * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool valid = r < rows_valid;
+    const int packed = row0 + (valid ? r : 0);
+    const int64_t i = packed / group, h = int64_t{hkv} * group + packed % group;
+    const Element* src = base + b * q.stride_0 + i * q.stride_1 + h * q.stride_h + col;
+    cp_async_16(s_q + (r * Tile::kLd + col) * 2, src, valid ? 16 : 0);
+  }
+}
+
+// Keys [j0, j0 + kBlockN) of the sequence (cache rows through `keys`), KV head hkv, into one stage: K at s_k,
+// V at s_v, each (kBlockN, kLd) 16-bit. Keys > last are zeros.
+template <class Element, class Tile>
+__device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const DecodeParams& p,
+                                              const detail::PagedKeys& keys, int hkv, int64_t j0, int64_t last) {
+  constexpr int kChunks = Tile::kHeadDim / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;  // 16 (d = 64), 8 (128), 4 (256)
+  static_assert(kBlockN % kRowsPerPass == 0, "whole rows per pass");
+  const int r0 = static_cast<int>(threadIdx.x) / kChunks, col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+  const Element* k_base = static_cast<const Element*>(p.k_cache.data) + hkv * p.k_cache.stride_h + col;
+  const Element* v_base = static_cast<const Element*>(p.v_cache.data) + hkv * p.v_cache.stride_h + col;
+#pragma unroll
+  for (int pass = 0; pass < kBlockN / kRowsPerPass; ++pass) {
+    const int r = r0 + pass * kRowsPerPass;
+    const int64_t j = j0 + r;
+    const bool valid = j <= last;
+    // One page lookup per row serves K and V (both caches share the geometry).
+    const detail::CacheRow at = keys.at(valid ? j : j0);
+    const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
+    const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
+    const uint32_t offset = (r * Tile::kLd + col) * 2;
+    cp_async_16(s_k + offset, k_src, valid ? 16 : 0);
+    cp_async_16(s_v + offset, v_src, valid ? 16 : 0);
+  }
+}
+
+}  // namespace flash4::sm90::decode

@@ -1,0 +1,68 @@
+// Parameters of the decode kernels (attention, combine, append): plain data built on the host by decode_api.cu,
+// passed by value (__grid_constant__). Element strides; index tensors stay device-resident and are clamped where
+// they are read (common/kvcache_problem.h).
+#pragma once
+
+#include <cstdint>
+
+#include "common/kvcache_problem.h"
+#include "common/score_transform.h"
+
+namespace flash4::sm90::decode {
+
+// A (rows, heads, head_dim) view of a 4-D tensor whose first two dimensions are (batch or slot, position).
+struct RowsView {
+  const void* data = nullptr;
+  int64_t stride_0 = 0, stride_1 = 0, stride_h = 0;  // elements
+};
+
+struct DecodeParams {
+  detail::KvCacheProblem kv;        // sizes, mask, paging, cache lengths (device pointers, clamped when read)
+  detail::ScoreTransform score;
+  RowsView q;                       // (batch, seqlen_q, heads, d): the caller's q, or the rotated copy
+  RowsView k_cache, v_cache;        // (slot, row, heads_kv, d)
+  void* out = nullptr;              // (batch, seqlen_q, heads, d), Element
+  int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
+  float* lse = nullptr;             // (batch, heads, seqlen_q) fp32, optional
+  int64_t lse_stride_b = 0, lse_stride_h = 0;
+  // Split-KV: with splits > 1 each CTA writes its normalized partial output and LSE here instead of out / lse:
+  // o_partial (splits, batch, heads, seqlen_q, d) fp32, lse_partial (splits, batch, heads, seqlen_q) fp32.
+  float* o_partial = nullptr;
+  float* lse_partial = nullptr;
+  int splits = 1;
+  int group = 1;                    // query heads per KV head
+  int rows = 0;                     // seqlen_q * group: packed rows per (sequence, KV head)
+  int row_tiles = 1;                // CTAs per (split, sequence, KV head) along the rows
+};
+
+// The combine: merges the splits of every (batch, head, query) row into out and lse (common/lse_combine.h).
+struct CombineParams {
+  const float* o_partial = nullptr;
+  const float* lse_partial = nullptr;
+  int splits = 1;
+  int batch = 0, heads = 0, seqlen_q = 0;
+  const float* sink = nullptr;      // (heads) or null
+  void* out = nullptr;
+  int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
+  float* lse = nullptr;
+  int64_t lse_stride_b = 0, lse_stride_h = 0;
+};
+
+// The append (with rotary) before attention: new k, v into the caches, and q rotated into a contiguous copy.
+struct AppendParams {
+  detail::KvCacheProblem kv;
+  RowsView k_new, v_new;            // (batch, seqlen_new, heads_kv, d)
+  void* k_cache = nullptr;          // written in place, strides of DecodeParams::k_cache
+  void* v_cache = nullptr;
+  RowsView k_cache_strides, v_cache_strides;
+  RowsView q;                       // (batch, seqlen_q, heads, d) input
+  void* q_rotated = nullptr;        // contiguous (batch, seqlen_q, heads, d), or null: q is not rotated
+  const void* cos = nullptr;        // (seqlen_ro, rotary_dim / 2), q's dtype
+  const void* sin = nullptr;
+  int64_t cos_stride = 0, sin_stride = 0;
+  int head_dim = 0;
+  int64_t append_rows = 0;          // batch * seqlen_new * heads_kv
+  int64_t q_rows = 0;               // batch * seqlen_q * heads when q is rotated, else 0
+};
+
+}  // namespace flash4::sm90::decode

@@ -1,0 +1,50 @@
+// The decode kernel's constexpr plan (src/kernels/sm90/decode/decode_config.h) on the CPU: shared memory fits the
+// CTAs per SM it promises, the pipeline is deep enough to keep >= 32 KB per SM in flight, the merge fits in the
+// stages, and the split heuristic gives the documented counts (docs/kvcache.md).
+#include <gtest/gtest.h>
+
+#include "kernels/sm90/decode/decode_config.h"
+
+namespace flash4::sm90::decode {
+namespace {
+
+template <int kHeadDim, int kWarpsM>
+void check_tile() {
+  using Tile = DecodeTile<kHeadDim, kWarpsM>;
+  SCOPED_TRACE("d " + std::to_string(kHeadDim) + " rows " + std::to_string(Tile::kBlockM));
+  EXPECT_LE(Tile::kCtasPerSm * (Tile::kSmemBytes + kSmemReservedPerCta), kSmemPerSm);
+  EXPECT_LE(Tile::kSmemBytes, kMaxSmemPerCta);
+  // Blocks in flight while one is computed, over every resident CTA of an SM.
+  EXPECT_GE(Tile::kCtasPerSm * (Tile::kStages - 1) * Tile::kStageBytes, 32 * 1024);
+  EXPECT_LE(Tile::kMergeBytes, Tile::kPipeBytes);
+  EXPECT_EQ(Tile::kWarpsM * Tile::kWarpsN, 4);
+  EXPECT_EQ(Tile::kKeysPerWarp % 16, 0);
+}
+
+TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {
+  check_tile<64, 1>();
+  check_tile<64, 4>();
+  check_tile<128, 1>();
+  check_tile<128, 4>();
+  check_tile<256, 1>();
+  check_tile<256, 4>();
+  EXPECT_EQ((DecodeTile<128, 1>::kStages), 3);
+  EXPECT_EQ((DecodeTile<128, 1>::kCtasPerSm), 2);
+}
+
+TEST(DecodeConfig, SplitHeuristic) {
+  constexpr int kSms = 132;
+  // GQA 32/8, d = 128, one query: 4 rows per KV head, one 16-row tile.
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536), 29);
+  EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768), 4);
+  EXPECT_EQ(decode_num_splits(0, kSms, 32, 8, 4, 128, 16384), 1);
+  EXPECT_EQ(decode_num_splits(0, kSms, 64, 8, 4, 128, 4096), 1);
+  EXPECT_EQ(decode_num_splits(0, kSms, 128, 8, 4, 128, 2048), 1);
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 200), 1);  // too few keys to split
+  EXPECT_EQ(decode_num_splits(7, kSms, 1, 8, 4, 128, 65536), 7);  // num_splits overrides
+  EXPECT_FALSE(decode_wide_rows(16));
+  EXPECT_TRUE(decode_wide_rows(17));
+}
+
+}  // namespace
+}  // namespace flash4::sm90::decode
