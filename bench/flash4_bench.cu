@@ -1,8 +1,10 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
-//                     [--seqlens S1,S2,...]
+//                     [--seqlens S1,S2,...] [--dims D1,D2,...]
 //                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]]
+//   --dims: head dims (default 64,128,256; 96 and 192 run zero-padded on the 128 / 256 kernels); heads = 2048 / d
+//           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
 //   --ablation: at seqlen 8k, kernel variants that switch the pipeline ideas off one by one (compiled here only).
@@ -298,6 +300,7 @@ int main(int argc, char** argv) {
   std::vector<int> decode_splits = {0};
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
+  std::vector<int> dims = {64, 128, 256};                            // --dims 96,192 selects others
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
       std::sscanf(argv[++i], "%d:%d:%d", &only_d, &only_s, &only_causal);
@@ -305,6 +308,10 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--seqlens") && i + 1 < argc) {
       seqlens = parse_ints(argv[++i]);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--dims") && i + 1 < argc) {
+      dims = parse_ints(argv[++i]);
       continue;
     }
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
@@ -333,9 +340,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<Shape> shapes;
-  for (int d : {64, 128, 256})
+  for (int d : dims) {
+    if (d <= 0) continue;
     for (int s : seqlens)
-      for (bool causal : {false, true}) shapes.push_back({16384 / s, s, 2048 / d, d, causal});
+      for (bool causal : {false, true}) shapes.push_back({16384 / s, s, std::max(1, (2048 + d / 2) / d), d, causal});
+  }
   for (const Shape& sh : shapes) {
     if (ablation && sh.s != 8192) continue;
     if (only_d && (sh.d != only_d || sh.s != only_s || int(sh.causal) != only_causal)) continue;
@@ -373,6 +382,9 @@ int main(int argc, char** argv) {
       auto more = tile_candidates(sh);
       variants.insert(variants.end(), more.begin(), more.end());
     }
+    // Kernel variants exist for the compiled widths only (not for the zero-padded 96 and 192).
+    variants.erase(std::remove_if(variants.begin(), variants.end(), [](const Variant& v) { return v.launch == nullptr; }),
+                   variants.end());
     const Inputs inputs(sh);
     // Rounds interleave the variants so that clock and thermal drift hit all of them alike.
     std::vector<std::vector<double>> times(variants.size());

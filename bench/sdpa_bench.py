@@ -2,7 +2,8 @@
 """Times attention implementations in one process on the benchmark shapes of facts.md: PyTorch SDPA backends
 (cuDNN, FA2 = PyTorch's flash backend), flash4 when its Python package is importable, and FlashAttention-4
 (`fa4`: the flash-attn-4 package's CuTe-DSL kernels) when `flash_attn.cute` is importable; --impls chooses
-(bench/attention_impls.py). Same protocol as flash4_bench: bf16, total tokens 16k, heads*d = 2048, CUDA events
+(bench/attention_impls.py). Same protocol as flash4_bench: bf16, total tokens 16k, heads*d = 2048 (heads = 2048 / d
+rounded where d does not divide it: 21 at d = 96, 11 at d = 192), CUDA events
 around each call (calls issued back to back, one sync at the end), warm-up, median of N runs, input sets rotated
 past L2. With --rounds R every shape is timed R times per implementation, the implementations in a rotated order
 each round (so clock and power drift hit all alike), and the record's ms is the median of the R round medians
@@ -66,6 +67,11 @@ def single_call_ms(fn, iters, sets):
     return times[len(times) // 2]
 
 
+def heads_for(d):
+    """Heads of the protocol's 2048-wide model at head dim d: 2048 / d, rounded where d does not divide it."""
+    return max(1, (2048 + d // 2) // d)
+
+
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.split(";")[0] + ".")
     ap.add_argument("--iters", type=int, default=30)
@@ -97,8 +103,9 @@ def parse_args(argv=None):
     except ValueError as e:
         ap.error(str(e) if str(e).startswith("--") else f"--dims / --seqlens: expected comma-separated integers ({e})")
     for d in args.dims:
-        if d <= 0 or 2048 % d:
-            ap.error(f"--dims: expected head dims that divide 2048 (heads * head_dim = 2048), got {d}")
+        if d <= 0 or d > 256 or d % 8:
+            ap.error(f"--dims: expected head dims that are multiples of 8 in [8, 256] (heads = 2048 / d, rounded), "
+                     f"got {d}")
     for s in args.seqlens:
         if s <= 0 or 16384 % s:
             ap.error(f"--seqlens: expected lengths that divide 16384 (batch * seqlen = 16k tokens), got {s}")
@@ -122,7 +129,7 @@ def main():
     for d in args.dims:
         for s in args.seqlens:
             for causal in (False, True):
-                b, h = 16384 // s, 2048 // d
+                b, h = 16384 // s, heads_for(d)
                 set_bytes = 4 * b * s * h * d * 2
                 sets = max(1, (200 << 20) // set_bytes + 1)
                 gen = torch.Generator(device="cuda").manual_seed(0)

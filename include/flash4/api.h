@@ -6,8 +6,8 @@
 // heads % heads_kv == 0 (GQA / MQA). head_dim and head_dim_v are multiples of 8 in [8, 256]; head_dim_v (v's
 // and out's last dimension, also dout's and dv's in the backward) may differ from head_dim (q's and k's), as in
 // DeepSeek's multi-head latent attention (192, 128); the default softmax_scale is 1/sqrt(head_dim). The CPU runs
-// every such pair; the Hopper kernels take head_dim == head_dim_v in {64, 128, 256}, and can_implement gives
-// the reason for anything else.
+// every such pair; the Hopper kernels take head_dim == head_dim_v in {64, 96, 128, 192, 256} and the splits
+// (head_dim, head_dim_v) = (192, 128) and (128, 64), and can_implement gives the reason for anything else.
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
 // the score s = q.k * softmax_scale by c * tanh(s / c). C callers: flash4/c_api.h.

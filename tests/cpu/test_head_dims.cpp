@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -171,23 +172,43 @@ TEST(CpuHeadDimsSplit, EqualsZeroPaddedValues) {
 // fwd_api.cu and bwd_api.cu return exactly this text from can_implement).
 TEST(Sm90HeadDims, RefusesOtherHeadDimsAndSplitsWithTheSupportedList) {
   detail::Problem p;
-  for (int64_t d : {64, 128, 256}) {
+  for (int64_t d : {64, 96, 128, 192, 256}) {
     p.head_dim = p.head_dim_v = d;
     EXPECT_EQ(sm90::head_dim_refusal(p, "forward"), "") << d;
+    EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d;
   }
-  for (int64_t d : {8, 32, 96, 160, 192, 248}) {
+  for (int64_t d : {8, 32, 80, 160, 248}) {
     p.head_dim = p.head_dim_v = d;
     const std::string why = sm90::head_dim_refusal(p, "backward");
     EXPECT_NE(why.find("head_dim " + std::to_string(d) + " is not supported by the GPU backward"), std::string::npos)
         << why;
-    EXPECT_NE(why.find("64, 128 or 256"), std::string::npos) << why;
+    EXPECT_NE(why.find("64, 96, 128, 192 or 256"), std::string::npos) << why;
   }
-  p.head_dim = 192, p.head_dim_v = 128;
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {128, 64}}) {
+    p.head_dim = d, p.head_dim_v = dv;
+    EXPECT_EQ(sm90::head_dim_refusal(p, "forward"), "") << d << "/" << dv;
+    EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d << "/" << dv;
+  }
+  p.head_dim = 192, p.head_dim_v = 64;
   const std::string why = sm90::head_dim_refusal(p, "forward");
-  EXPECT_NE(why.find("v's head_dim (128) differs from q and k's (192)"), std::string::npos) << why;
+  EXPECT_NE(why.find("v's head_dim (64) differs from q and k's (192)"), std::string::npos) << why;
+  EXPECT_NE(why.find("(192, 128) or (128, 64)"), std::string::npos) << why;
   EXPECT_NE(why.find("GPU forward"), std::string::npos) << why;
-  p.head_dim = 128, p.head_dim_v = 64;  // both in the list, still one head dim only
-  EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
+}
+
+// The compiled width that runs each head-dim pair, and which pairs run zero-padded (head_dims.h).
+TEST(Sm90HeadDims, PaddedPairsRunOnTheNextWiderKernel) {
+  EXPECT_EQ(sm90::kernel_head_dim(64, 64), 64);
+  EXPECT_EQ(sm90::kernel_head_dim(96, 96), 128);
+  EXPECT_EQ(sm90::kernel_head_dim(128, 64), 128);
+  EXPECT_EQ(sm90::kernel_head_dim(192, 128), 256);
+  EXPECT_EQ(sm90::kernel_head_dim(192, 192), 256);
+  EXPECT_EQ(sm90::kernel_head_dim(264, 264), 0);
+  EXPECT_FALSE(sm90::padded_head_dims(128, 128));
+  EXPECT_FALSE(sm90::padded_head_dims(256, 256));
+  EXPECT_TRUE(sm90::padded_head_dims(96, 96));
+  EXPECT_TRUE(sm90::padded_head_dims(128, 64));
+  EXPECT_TRUE(sm90::padded_head_dims(192, 128));
 }
 
 }  // namespace

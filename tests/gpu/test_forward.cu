@@ -6,42 +6,13 @@
 
 #include "api/backends.h"
 #include "common/attention_case.h"
-#include "device_mirror.h"
 #include "flash4/api.h"
+#include "gpu_case_runs.h"
 #include "kernels/sm90/fwd/fwd_launch.cuh"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 
 namespace flash4::test {
 namespace {
-
-using Launcher = void (*)(const ForwardArgs&);
-
-// Runs the forward of `spec` on the GPU (through flash4::forward, or `launch` for a kernel variant the library
-// does not compile) and checks it against the fp64 reference.
-void run_and_check_forward(const CaseSpec& spec, Launcher launch = nullptr) {
-  SCOPED_TRACE(spec.name());
-  FLASH4_TEST_RNG(rng);
-  AttentionTensors t = make_tensors(spec, rng, /*backward=*/false);
-  DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse);
-  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok());
-  ForwardArgs args = t.forward_args(spec);
-  args.q = q.view();
-  args.k = k.view();
-  args.v = v.view();
-  args.out = out.view();
-  args.lse = lse.view();
-  const Support support = can_implement(args);
-  ASSERT_TRUE(support.ok) << support.reason;
-  if (launch != nullptr) {
-    launch(args);
-  } else {
-    forward(args);
-  }
-  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(out.download());
-  FLASH4_TEST_CUDA(lse.download());
-  EXPECT_TRUE(check_forward(spec, t, rng));
-}
 
 CaseSpec make_case(int64_t b, int64_t sq, int64_t sk, int64_t h, int64_t hkv, int64_t d, DType dtype, bool causal) {
   CaseSpec s = make_spec(b, sq, sk, h, hkv, d, dtype, causal);

@@ -1,6 +1,7 @@
 // What the Hopper kernels do not take is refused by can_implement with the reason, and forward / backward then
-// throw kNotSupported and write nothing: head dims other than 64 / 128 / 256, v's head dim differing from q's,
-// and FP8 (float8_e4m3fn) inputs. The CPU runs all of them (tests/cpu/test_head_dims.cpp, test_fp8.cpp).
+// throw kNotSupported and write nothing: head dims other than 64 / 96 / 128 / 192 / 256, split head dims other
+// than (192, 128) and (128, 64), and FP8 (float8_e4m3fn) inputs. The CPU runs all of them
+// (tests/cpu/test_head_dims.cpp, test_fp8.cpp); test_padded_head_dims.cu runs the padded ones on the GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -56,7 +57,7 @@ void expect_refused(const ForwardArgs& args, const std::string& reason) {
 
 TEST(GpuRefusals, HeadDimsTheKernelsDoNotTake) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
-  for (auto [d, dv] : {std::pair{96, 96}, std::pair{192, 192}, std::pair{192, 128}, std::pair{128, 64}}) {
+  for (auto [d, dv] : {std::pair{80, 80}, std::pair{160, 160}, std::pair{192, 64}, std::pair{256, 128}}) {
     SCOPED_TRACE("head_dim " + std::to_string(d) + ", head_dim_v " + std::to_string(dv));
     DeviceCall call;
     ForwardArgs f;
@@ -65,7 +66,8 @@ TEST(GpuRefusals, HeadDimsTheKernelsDoNotTake) {
     f.v = call.tensor(DType::kBFloat16, dv, false);
     f.out = call.tensor(DType::kBFloat16, dv, true);
     ASSERT_NE(f.out.data, nullptr);
-    expect_refused(f, "64, 128 or 256");
+    const char* reason = d == dv ? "64, 96, 128, 192 or 256" : "(192, 128) or (128, 64)";
+    expect_refused(f, reason);
     BackwardArgs b;
     b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out;
     b.dout = call.tensor(DType::kBFloat16, dv, false);
@@ -79,7 +81,7 @@ TEST(GpuRefusals, HeadDimsTheKernelsDoNotTake) {
     b.dv = call.tensor(DType::kBFloat16, dv, true);
     const Support s = can_implement(b);
     EXPECT_FALSE(s.ok);
-    EXPECT_NE(s.reason.find("64, 128 or 256"), std::string::npos) << s.reason;
+    EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
     EXPECT_THROW(backward(b), Error);
     FLASH4_TEST_CUDA(cudaDeviceSynchronize());
     EXPECT_TRUE(DeviceCall::untouched(b.dq) && DeviceCall::untouched(b.dk) && DeviceCall::untouched(b.dv));

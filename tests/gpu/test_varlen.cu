@@ -170,12 +170,27 @@ TEST_P(VarlenGpu, BackwardMatchesReference) {
   for (const VarlenSpec& s : cases(std::get<0>(GetParam()), std::get<1>(GetParam()))) run_backward(s);
 }
 
+std::string head_dim_dtype_name(const ::testing::TestParamInfo<std::tuple<int, DType>>& info) {
+  return "d" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param) == kBF16 ? "_bf16" : "_fp16");
+}
+
 INSTANTIATE_TEST_SUITE_P(Gpu, VarlenGpu,
                          ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(kBF16, kF16)),
-                         [](const auto& info) {
-                           return "d" + std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) == kBF16 ? "_bf16" : "_fp16");
-                         });
+                         head_dim_dtype_name);
+// Head dims 96 and 192 run zero-padded on the 128 and 256 kernels (src/kernels/sm90/head_dims.h); one dtype each.
+INSTANTIATE_TEST_SUITE_P(PaddedHeadDims, VarlenGpu,
+                         ::testing::Values(std::tuple<int, DType>{96, kBF16}, std::tuple<int, DType>{192, kF16}),
+                         head_dim_dtype_name);
+
+// v's head dim 128 with q and k's 192 (DeepSeek's split, on the zero-padded 256 kernels): the same cases.
+TEST(VarlenGpuSplitHeadDims, ForwardAndBackwardMatchReference) {
+  FLASH4_REQUIRE_GPU();
+  for (VarlenSpec s : cases(192, kBF16)) {
+    s.head_dim_v = 128;
+    run_forward(s);
+    run_backward(s);
+  }
+}
 
 // The issue's lengths (1000 and 4097 included) and more than 65536 tokens in total (one head, head dim 64, so
 // the fp64 reference of every row stays within seconds).

@@ -53,8 +53,9 @@ def test_impl_names_are_checked():
 
 def test_bench_arguments(capsys):
     bench = load("sdpa_bench")
-    args = bench.parse_args(["--impls", "fa4,flash4", "--dims", "64,256", "--seqlens", "1024,16384", "--single"])
-    assert args.impls == ["fa4", "flash4"] and args.dims == [64, 256] and args.seqlens == [1024, 16384]
+    args = bench.parse_args(["--impls", "fa4,flash4", "--dims", "64,96,192,256", "--seqlens", "1024,16384", "--single"])
+    assert args.impls == ["fa4", "flash4"] and args.dims == [64, 96, 192, 256] and args.seqlens == [1024, 16384]
+    assert [bench.heads_for(d) for d in args.dims] == [32, 21, 11, 8]
     assert args.single and not args.backward and args.bwd_method == "subtract"
     for bad, what in ((["--impls", "fa3"], "--impls"), (["--dims", "100"], "--dims"),
                       (["--seqlens", "1000"], "--seqlens"), (["--dims", "x"], "--dims"),

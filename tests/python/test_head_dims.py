@@ -1,7 +1,8 @@
 """Head dims 96 and 192 and v / out with a head dim of their own (head_dim_v != head_dim, e.g. DeepSeek's (192, 128)):
 flash_attn_func and flash_attn_varlen_func infer it from v's shape; forward, lse and gradients against the fp64
 reference with the tolerance rule (CPU), the custom ops' fake implementations (opcheck, torch.compile), numpy
-arrays, and the clear refusal on a Hopper GPU, whose kernels take one head dim in {64, 128, 256}."""
+arrays, and on a Hopper GPU (which runs these pairs zero-padded on its 128 / 256 kernels) the same checks and the
+clear refusal of the pairs it does not take."""
 
 import numpy as np
 import pytest
@@ -86,13 +87,25 @@ def test_compile_fullgraph_split_head_dims():
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-@pytest.mark.parametrize("dims", [(96, 96), (192, 192), (192, 128), (128, 64)], ids=DIM_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
+def test_cuda_forward_backward(dims, causal):
+    """The GPU runs these pairs zero-padded on its 128 / 256 kernels (src/kernels/sm90/head_dims.h)."""
+    d, dv = dims
+    Case((2, 77, 130, 4, 2, d), (causal, (-1, -1), 0.0), torch.bfloat16, "cuda", seed=d + dv,
+         dim_v=dv).check(backward=True)
+    VarlenCase([9, 0, 70], [12, 5, 90], 4, 2, d, torch.float16, "cuda", causal=causal, seed=d, dim_v=dv).check()
+
+
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("dims", [(80, 80), (192, 64)], ids=["d80-dv80", "d192-dv64"])
 def test_cuda_refuses_what_the_kernels_do_not_take(dims):
     d, dv = dims
+    reason = "64, 96, 128, 192 or 256" if d == dv else "(192, 128) or (128, 64)"
     q = torch.zeros(1, 64, 2, d, device="cuda", dtype=torch.bfloat16)
     v = torch.zeros(1, 64, 2, dv, device="cuda", dtype=torch.bfloat16)
     for backward in (False, True):
         support = flash4.can_implement(q, q, v, backward=backward)
-        assert not support and "64, 128 or 256" in support.reason, support.reason
-    with pytest.raises(NotImplementedError, match="64, 128 or 256"):
+        assert not support and reason in support.reason, support.reason
+    with pytest.raises(NotImplementedError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         flash4.flash_attn_func(q, q, v)

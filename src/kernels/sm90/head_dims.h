@@ -1,5 +1,12 @@
-// Which head dims the Hopper kernels are written for, and the refusal text for the others. Host-only, so that
-// forward and backward dispatch say the same thing and CPU tests can check it without a GPU.
+// Which head dims the Hopper kernels take, which compiled kernel width runs each, and the refusal text for the
+// others. Host-only, so that forward and backward dispatch say the same thing and CPU tests can check it without
+// a GPU.
+//
+// The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels). Narrower
+// head dims run on the next wider kernel, zero-padded without any memory: the TMA tensor maps keep the tensors'
+// true widths, so TMA fills the panels' columns past them with zeros on loads (QK^T and PV stay exact, padded V
+// columns give zero output columns) and clips them on stores; every store the kernels make themselves is bounded
+// by the true width (FwdParams::head_dim_v, BwdParams::head_dim / head_dim_v).
 #pragma once
 
 #include <cstdint>
@@ -9,25 +16,57 @@
 
 namespace flash4::sm90 {
 
-// The Hopper forward and backward take one head_dim for q, k and v, from this list; the CPU takes the rest.
+// Widths the kernels are compiled for (FLASH4_HEAD_DIMS).
 inline constexpr int64_t kKernelHeadDims[] = {64, 128, 256};
-inline constexpr const char* kKernelHeadDimsText = "64, 128 or 256";
 
-constexpr bool kernel_head_dim(int64_t d) {
-  for (int64_t k : kKernelHeadDims)
+// Head dims the GPU takes for q, k and v alike: the compiled widths and the padded ones. Others (e.g. 80) would
+// run the same way but are not tested on the GPU, so they stay refused.
+inline constexpr int64_t kGpuHeadDims[] = {64, 96, 128, 192, 256};
+inline constexpr const char* kGpuHeadDimsText = "64, 96, 128, 192 or 256";
+
+// (q/k head dim, v/out head dim) pairs the GPU takes where the two differ: DeepSeek's MLA (192, 128) and
+// (128, 64), both on the kernel of the q/k width with v's panels zero-padded.
+struct SplitHeadDims {
+  int64_t head_dim, head_dim_v;
+};
+inline constexpr SplitHeadDims kGpuSplitHeadDims[] = {{192, 128}, {128, 64}};
+inline constexpr const char* kGpuSplitHeadDimsText = "(192, 128) or (128, 64)";
+
+constexpr bool gpu_head_dim(int64_t d) {
+  for (int64_t k : kGpuHeadDims)
     if (d == k) return true;
   return false;
 }
 
+constexpr bool gpu_split_head_dims(int64_t d, int64_t dv) {
+  for (const SplitHeadDims& s : kGpuSplitHeadDims)
+    if (s.head_dim == d && s.head_dim_v == dv) return true;
+  return false;
+}
+
+// The compiled width that runs head dims (d, dv): the narrowest kernel that holds both; 0 if none does.
+constexpr int kernel_head_dim(int64_t d, int64_t dv) {
+  const int64_t widest = d > dv ? d : dv;
+  for (int64_t k : kKernelHeadDims)
+    if (widest <= k) return static_cast<int>(k);
+  return 0;
+}
+
+// Whether the kernel runs (d, dv) zero-padded (narrower than its width, or v narrower than q and k): such
+// problems need the TMA kernels (the backward's mma.sync fallback loads full-width rows itself).
+constexpr bool padded_head_dims(int64_t d, int64_t dv) { return d != dv || kernel_head_dim(d, dv) != d; }
+
 // Why the GPU `pass` ("forward" or "backward") cannot run p's head dims; empty when it can.
 inline std::string head_dim_refusal(const detail::Problem& p, const char* pass) {
-  if (p.split_head_dims())
+  if (p.split_head_dims()) {
+    if (gpu_split_head_dims(p.head_dim, p.head_dim_v)) return {};
     return "v's head_dim (" + std::to_string(p.head_dim_v) + ") differs from q and k's (" +
-           std::to_string(p.head_dim) + "); the GPU " + pass + " needs one head_dim for q, k and v, " +
-           kKernelHeadDimsText + " (the CPU runs split head dims)";
-  if (!kernel_head_dim(p.head_dim))
+           std::to_string(p.head_dim) + "); the GPU " + pass + " takes the split head dims (q/k, v) " +
+           kGpuSplitHeadDimsText + " only (the CPU runs every split)";
+  }
+  if (!gpu_head_dim(p.head_dim))
     return "head_dim " + std::to_string(p.head_dim) + " is not supported by the GPU " + pass + " (supported: " +
-           kKernelHeadDimsText + "; the CPU runs every multiple of 8 up to 256)";
+           kGpuHeadDimsText + "; the CPU runs every multiple of 8 up to 256)";
   return {};
 }
 

@@ -14,11 +14,13 @@ struct BshdStrides {
 
 struct BwdParams {
   // Inputs (dtype = the kernel's Element).
+  // d = head_dim (q, k, dq, dk), dv = head_dim_v (v, out, dout, dv); the kernels may run them zero-padded to a
+  // wider compiled width (head_dims.h) and bound every store they make themselves by these true widths.
   const void* q = nullptr;     // (b, sq, h, d)
   const void* k = nullptr;     // (b, sk, hkv, d)
-  const void* v = nullptr;     // (b, sk, hkv, d)
-  const void* out = nullptr;   // (b, sq, h, d)
-  const void* dout = nullptr;  // (b, sq, h, d)
+  const void* v = nullptr;     // (b, sk, hkv, dv)
+  const void* out = nullptr;   // (b, sq, h, dv)
+  const void* dout = nullptr;  // (b, sq, h, dv)
   const float* lse = nullptr;  // (b, h, sq) natural log, -inf for a fully masked row
   int64_t lse_stride_b = 0, lse_stride_h = 0;
   BshdStrides q_stride, k_stride, v_stride, out_stride, dout_stride;
@@ -41,7 +43,7 @@ struct BwdParams {
   const float* learnable_sink = nullptr;
   float* dsink = nullptr;
 
-  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0, head_dim_v = 0;
   int m_blocks = 0, n_blocks = 0;
 
   // Mask as a band: key j is visible to query i iff band_lo <= j - i <= band_hi (and j < seqlen_k). Unbounded

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
         static_cast<const Element*>(p.out) + b * p.out_stride.batch + i * p.out_stride.seq + h * p.out_stride.head;
     float4* accum_row = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim);  // 16-byte aligned: d % 8 == 0
     for (int c = sub; c < p.head_dim / 4; c += kPreLanesPerRow) accum_row[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int c = sub * 8; c < p.head_dim; c += kPreLanesPerRow * 8) {
+    for (int c = sub * 8; c < p.head_dim_v; c += kPreLanesPerRow * 8) {  // dO and O: v's head dim
       const uint4 x = *reinterpret_cast<const uint4*>(g_do + c);
       const uint4 y = *reinterpret_cast<const uint4*>(g_o + c);
       const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};

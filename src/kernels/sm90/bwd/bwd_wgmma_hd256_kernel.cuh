@@ -211,9 +211,13 @@ struct BwdWgmmaHd256Kernel {
     // The d = 256 backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal): 8-byte
     // atomics made 32-byte pieces of lines, 16-byte ones after step 1 64-byte pieces; full lines halve the L2
     // requests again.
+    // The accumulator's rows are q's true head dim wide (p.head_dim: 192 when d = 192 runs on this kernel,
+    // head_dims.h); this thread's 4 columns of line k start at col + 32 k, and those past the width (zeros: K's
+    // padded columns) are not added. The width is a multiple of 8: 4-column groups are whole.
     const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
-    float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * kHeadDim + col0 +
-                  4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
+    const int col = col0 + 4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
+    const int64_t row_stride = p.head_dim;
+    float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * row_stride + col;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // Step 1, in place: afterwards segment c of this thread's row is acc_dq[a], [a + 1], [a + 4], [a + 5] with
@@ -230,7 +234,7 @@ struct BwdWgmmaHd256Kernel {
       }
       // Step 2 and the atomics: rows 16 warp + (g & ~1) + 8 half (even quad's) and + 1 (odd quad's).
       const int row_even = m0 + warp * 16 + (g & ~1) + 8 * half;
-      float* g_row = g_dq + static_cast<int64_t>(row_even) * kHeadDim;
+      float* g_row = g_dq + static_cast<int64_t>(row_even) * row_stride;
 #pragma unroll
       for (int k = 0; k < kCols / 32; ++k) {
         const int a0 = 16 * k + 2 * half, a1 = a0 + 8;  // segments 2k and 2k + 1
@@ -250,10 +254,11 @@ struct BwdWgmmaHd256Kernel {
           even_row[i] = odd_quad ? recv[i] : mine[i];
           odd_row[i] = odd_quad ? mine[i] : recv[i];
         }
+        if (col + 32 * k >= p.head_dim) continue;
         if (row_even < p.seqlen_q)
           red_add_v4(g_row + 32 * k, even_row[0], even_row[1], even_row[2], even_row[3]);
         if (row_even + 1 < p.seqlen_q)
-          red_add_v4(g_row + kHeadDim + 32 * k, odd_row[0], odd_row[1], odd_row[2], odd_row[3]);
+          red_add_v4(g_row + row_stride + 32 * k, odd_row[0], odd_row[1], odd_row[2], odd_row[3]);
       }
     }
     pending = semaphore;  // released at the next add_dq or after the loop (release_dq) ...
@@ -417,9 +422,10 @@ struct BwdWgmmaHd256Kernel {
 
     // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup), all 256 columns ----
     if (wg == kSWarpgroup) {
-      store_key_rows<Element, kHeadDim>(p, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, lane % 4);
+      store_key_rows<Element, kHeadDim>(p, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, p.head_dim_v, lane % 4);
     } else {
-      store_key_rows<Element, kHeadDim>(p, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, lane % 4);
+      store_key_rows<Element, kHeadDim>(p, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, p.head_dim,
+                                        lane % 4);
     }
   }
 };

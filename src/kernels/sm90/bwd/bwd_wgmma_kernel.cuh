@@ -264,8 +264,12 @@ struct BwdWgmmaKernel {
         const char* piece = reinterpret_cast<const char*>(&s.dq[stage][w][0][0][0]);
         const int row0 = m_block * kBlockM + (kSplitRows ? w * 64 : 0), col0 = kSplitRows ? 0 : w * 64;
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, row0, h, b, piece + half * (64 * 128));
+        for (int half = 0; half < 2; ++half) {
+          // A half wholly past q's true head dim (d = 96 on this d = 128 kernel: columns 96 .. 127, zeros from
+          // K's padded columns) is not sent; a partial one is clipped by the map's width (head_dims.h).
+          if (col0 + 32 * half < p.head_dim)
+            tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, row0, h, b, piece + half * (64 * 128));
+        }
         tma::store_commit();
       }
       tma::store_wait_read_all();  // the pieces may be overwritten

@@ -77,16 +77,17 @@ __device__ __forceinline__ void to_a_fragments(const float (&acc)[kBlockM / 2], 
 
 // The epilogue of one key-row accumulator (dK or dV: 64 keys x kCols columns from col0, accumulator layout:
 // element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)), times `scale`, written once
-// from registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k are skipped.
+// from registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k and columns past the tensor's true
+// width `width` (a zero-padded head dim, head_dims.h; a multiple of 8, so 8-column blocks are whole) are skipped.
 template <class Element, int kCols>
 __device__ __forceinline__ void store_key_rows(const BwdParams& p, void* base, const BshdStrides& stride,
                                                const float (&acc)[kCols / 2], float scale, int b, int hkv,
-                                               int key_row, int col0, int t) {
+                                               int key_row, int col0, int width, int t) {
   Element* g = static_cast<Element*>(base) + b * stride.batch + hkv * stride.head + col0 + 2 * t;
 #pragma unroll
   for (int i = 0; i < kCols / 2; i += 2) {
     const int j = key_row + 8 * ((i / 2) % 2);
-    if (j >= p.seqlen_k) continue;
+    if (j >= p.seqlen_k || col0 + 8 * (i / 4) >= width) continue;
     *reinterpret_cast<uint32_t*>(g + j * stride.seq + 8 * (i / 4)) = pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
   }
 }
@@ -96,8 +97,8 @@ template <class Element, int kCols>
 __device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&acc_dk)[kCols / 2],
                                             const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
                                             int t) {
-  store_key_rows<Element, kCols>(p, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, t);
-  store_key_rows<Element, kCols>(p, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, t);
+  store_key_rows<Element, kCols>(p, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, p.head_dim, t);
+  store_key_rows<Element, kCols>(p, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, p.head_dim_v, t);
 }
 
 }  // namespace flash4::sm90::bwd

@@ -103,9 +103,11 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
     return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
                        "; use the CPU for fp32"};
   if (const std::string why = sm90::head_dim_refusal(p, "forward"); !why.empty()) return {false, why};
-  if (!compiled_fwd_for(args.q.dtype, p.head_dim, p.has_mask()))
-    return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU forward (available for " +
-                       dtype_name(args.q.dtype) + ": " + compiled_head_dims(args.q.dtype) + ")"};
+  const int width = sm90::kernel_head_dim(p.head_dim, p.head_dim_v);
+  if (!compiled_fwd_for(args.q.dtype, width, p.has_mask()))
+    return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU forward (it runs on the " +
+                       std::to_string(width) + " kernel; available for " + dtype_name(args.q.dtype) + ": " +
+                       compiled_head_dims(args.q.dtype) + ")"};
   for (const auto* t : {&args.q, &args.k, &args.v, &args.out}) {
     if (!tma_compatible(*t))
       return {false, "the GPU forward needs 16-byte aligned data pointers and strides that are multiples of 8 "
@@ -119,7 +121,10 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
 }
 
 sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p) {
-  return sm90::fwd_launch_config(static_cast<int>(p.head_dim), p.has_mask(), static_cast<int>(p.seqlen_q));
+  // The configuration of the kernel that runs the problem (head dims 96 and 192 run zero-padded on the 128 and
+  // 256 kernels: head_dims.h).
+  return sm90::fwd_launch_config(sm90::kernel_head_dim(p.head_dim, p.head_dim_v), p.has_mask(),
+                                 static_cast<int>(p.seqlen_q));
 }
 
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile) {
@@ -134,7 +139,8 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const
   const BshdView qv = bshd(q), kv = bshd(k), vv = bshd(v), ov = bshd(o);
   params.tma_q = make_tensor_map_bshd(q.data, qv.batch, qv.seqlen, p.heads, p.head_dim, qv.stride_b, qv.stride_s, qv.stride_h, block_m);
   params.tma_k = make_tensor_map_bshd(k.data, kv.batch, kv.seqlen, p.heads_kv, p.head_dim, kv.stride_b, kv.stride_s, kv.stride_h, block_n);
-  params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim, vv.stride_b, vv.stride_s, vv.stride_h, block_n);
+  params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim_v, vv.stride_b, vv.stride_s, vv.stride_h, block_n);
+  params.head_dim_v = static_cast<int>(p.head_dim_v);
   params.out = o.data;
   params.out_stride_b = ov.stride_b;
   params.out_stride_s = ov.stride_s;
@@ -169,8 +175,9 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   const FwdParams params = make_fwd_params(args, p, launch.tile);
+  const int width = kernel_head_dim(p.head_dim, p.head_dim_v);  // head_dims.h: 96 runs on 128, 192 on 256
 #define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
-  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
+  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && width == D && masked == M) \
     return launch_forward<T, D, M>(params, launch, s);
   FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
 #undef FLASH4_LAUNCH_FWD

@@ -70,8 +70,12 @@ struct FwdEpilogue {
       Element* out_row = out_bh + static_cast<int64_t>(row) * p.out_stride_s + 2 * (lane % 4);
 #pragma unroll
       for (int c = 0; c < kHeadDim / 8; ++c) {
+        // Columns past out's true width (a zero-padded head dim, head_dims.h) are zeros and belong to no tensor.
+        // The width is a multiple of 8, so each 8-column block is stored whole or not at all.
+        // (A predicate, not a break, so that the loop stays unrolled and acc_o in registers.)
         const int i = 4 * c + 2 * r;
-        *reinterpret_cast<uint32_t*>(out_row + 8 * c) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
+        if (8 * c < p.head_dim_v)
+          *reinterpret_cast<uint32_t*>(out_row + 8 * c) = pack2<Element>(acc_o[i] * inv[r], acc_o[i + 1] * inv[r]);
       }
       if (lse_bh != nullptr && lane % 4 == 0) lse_bh[row] = lse[r];
     }

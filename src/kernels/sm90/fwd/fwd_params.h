@@ -15,11 +15,14 @@ namespace flash4::sm90 {
 struct FwdParams {
   // Packed (variable-length) tensors are mapped as one batch entry of total_q / total_k rows; a sequence's
   // tokens start at its offset in the layout (`seq`).
-  CUtensorMap tma_q;  // (b, sq, h, d),   box 64 cols x block_m rows
-  CUtensorMap tma_k;  // (b, sk, hkv, d), box 64 cols x block_n rows
-  CUtensorMap tma_v;  // (b, sk, hkv, d), box 64 cols x block_n rows
+  // The maps keep the tensors' true widths (d, dv), which may be narrower than the kernel's kHeadDim columns:
+  // TMA zero-fills the columns past them (head_dims.h).
+  CUtensorMap tma_q;  // (b, sq, h, d),    box 64 cols x block_m rows
+  CUtensorMap tma_k;  // (b, sk, hkv, d),  box 64 cols x block_n rows
+  CUtensorMap tma_v;  // (b, sk, hkv, dv), box 64 cols x block_n rows
 
-  void* out = nullptr;   // (b, sq, h, d) bf16/fp16, element strides below (packed: stride_b 0), head_dim contiguous
+  void* out = nullptr;   // (b, sq, h, dv) bf16/fp16, element strides below (packed: stride_b 0), dv contiguous
+  int head_dim_v = 0;    // dv, out's true width: the epilogue stores columns below it only
   int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
   float* lse = nullptr;  // (b, h, sq) fp32, optional (packed: (h, total_q), stride_b 0)
   int64_t lse_stride_b = 0, lse_stride_h = 0;

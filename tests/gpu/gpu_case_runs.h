@@ -1,0 +1,42 @@
+// One dense attention case run on the GPU and judged against the fp64 reference (tests/common): the forward, the
+// backward on the reference's out / LSE, and the deterministic backward's run-to-run identity. Shared by the GPU
+// test files so that each adds only its cases.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "common/attention_case.h"
+#include "device_mirror.h"
+#include "flash4/api.h"
+
+namespace flash4::test {
+
+using Launcher = void (*)(const ForwardArgs&);
+
+// Runs the forward of `spec` on the GPU (through flash4::forward, or `launch` for a kernel variant the library
+// does not compile) and checks it against the fp64 reference.
+void run_and_check_forward(const CaseSpec& spec, Launcher launch = nullptr);
+
+// Fills out and lse of `t` with the fp64 reference forward (out rounded to the dtype, LSE to fp32), so that the
+// backward is tested on its own.
+void reference_out_lse(const CaseSpec& spec, AttentionTensors& t);
+
+// The device copies of one case's backward tensors and the BackwardArgs that point at them.
+struct DeviceCase {
+  explicit DeviceCase(AttentionTensors& t)
+      : q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv) {}
+  bool ok() const {
+    return q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && dout.ok() && dq.ok() && dk.ok() && dv.ok();
+  }
+  BackwardArgs args(const CaseSpec& spec, const AttentionTensors& t) const;
+  DeviceMirror q, k, v, out, lse, dout, dq, dk, dv;
+};
+
+// The backward of `spec` on the GPU against the fp64 reference (on the reference's out and LSE).
+void run_and_check_backward(const CaseSpec& spec);
+
+// The deterministic backward of `spec` run `runs` times: bit-identical dq, dk, dv every run, and within the
+// tolerance rule.
+void check_deterministic_backward(const CaseSpec& spec, int runs);
+
+}  // namespace flash4::test
