@@ -64,9 +64,9 @@ std::string decode_refusal(const TensorView& q, int64_t head_dim, std::initializ
   if (q.dtype != DType::kBFloat16 && q.dtype != DType::kFloat16)
     return std::string("the GPU decode kernels support bf16 and fp16, not ") + dtype_name(q.dtype) +
            "; use the CPU for fp32";
-  if (!sm90::kernel_head_dim(head_dim))
-    return "head_dim " + std::to_string(head_dim) + " is not supported by the GPU decode kernels (supported: " +
-           sm90::kKernelHeadDimsText + "; the CPU runs every multiple of 8 up to 256)";
+  if (sm90::kernel_head_dim(head_dim, head_dim) != head_dim)  // decode runs the compiled widths, unpadded
+    return "head_dim " + std::to_string(head_dim) + " is not supported by the GPU decode kernels (supported: "
+           "64, 128 or 256; the CPU runs every multiple of 8 up to 256)";
   if (!compiled_decode_for(q.dtype, head_dim))
     return "head_dim " + std::to_string(head_dim) + " is not compiled for the GPU decode kernels (FLASH4_HEAD_DIMS)";
   for (const TensorView* t : rows)
