@@ -15,13 +15,16 @@ void run_and_check_forward(const CaseSpec& spec, Launcher launch) {
   FLASH4_TEST_RNG(rng);
   AttentionTensors t = make_tensors(spec, rng, /*backward=*/false);
   DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse);
-  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok());
+  std::optional<DeviceMirror> sink;
+  if (t.sink) sink.emplace(*t.sink);
+  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && (!sink || sink->ok()));
   ForwardArgs args = t.forward_args(spec);
   args.q = q.view();
   args.k = k.view();
   args.v = v.view();
   args.out = out.view();
   args.lse = lse.view();
+  if (sink) args.learnable_sink = sink->view();
   const Support support = can_implement(args);
   ASSERT_TRUE(support.ok) << support.reason;
   if (launch != nullptr) {
@@ -53,7 +56,16 @@ BackwardArgs DeviceCase::args(const CaseSpec& spec, const AttentionTensors& t) c
   a.dq = dq.view();
   a.dk = dk.view();
   a.dv = dv.view();
+  if (sink) a.learnable_sink = sink->view();
+  if (dsink) a.dsink = dsink->view();
   return a;
+}
+
+cudaError_t DeviceCase::download_gradients() {
+  for (DeviceMirror* m : {&dq, &dk, &dv, dsink ? &*dsink : nullptr})
+    if (m != nullptr)
+      if (const cudaError_t e = m->download(); e != cudaSuccess) return e;
+  return cudaSuccess;
 }
 
 void run_and_check_backward(const CaseSpec& spec) {
@@ -68,9 +80,7 @@ void run_and_check_backward(const CaseSpec& spec) {
   ASSERT_TRUE(support.ok) << support.reason;
   backward(args);
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(dev.dq.download());
-  FLASH4_TEST_CUDA(dev.dk.download());
-  FLASH4_TEST_CUDA(dev.dv.download());
+  FLASH4_TEST_CUDA(dev.download_gradients());
   EXPECT_TRUE(check_backward(spec, t));
 }
 
@@ -89,9 +99,7 @@ void check_deterministic_backward(const CaseSpec& spec, int runs) {
   for (int run = 0; run < runs; ++run) {
     backward(args);
     FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-    FLASH4_TEST_CUDA(dev.dq.download());
-    FLASH4_TEST_CUDA(dev.dk.download());
-    FLASH4_TEST_CUDA(dev.dv.download());
+    FLASH4_TEST_CUDA(dev.download_gradients());
     int index = 0;
     for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) {
       const char* bytes = static_cast<const char*>(h->data());

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "common/attention_case.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
@@ -22,14 +24,22 @@ void run_and_check_forward(const CaseSpec& spec, Launcher launch = nullptr);
 void reference_out_lse(const CaseSpec& spec, AttentionTensors& t);
 
 // The device copies of one case's backward tensors and the BackwardArgs that point at them.
+// With spec.sink the learnable sink and its gradient travel too.
 struct DeviceCase {
   explicit DeviceCase(AttentionTensors& t)
-      : q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv) {}
+      : q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv) {
+    if (t.sink) sink.emplace(*t.sink);
+    if (t.dsink) dsink.emplace(*t.dsink);
+  }
   bool ok() const {
-    return q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && dout.ok() && dq.ok() && dk.ok() && dv.ok();
+    return q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && dout.ok() && dq.ok() && dk.ok() && dv.ok() &&
+           (!sink || sink->ok()) && (!dsink || dsink->ok());
   }
   BackwardArgs args(const CaseSpec& spec, const AttentionTensors& t) const;
+  // Downloads dq, dk, dv (and dsink).
+  cudaError_t download_gradients();
   DeviceMirror q, k, v, out, lse, dout, dq, dk, dv;
+  std::optional<DeviceMirror> sink, dsink;
 };
 
 // The backward of `spec` on the GPU against the fp64 reference (on the reference's out and LSE).

@@ -1,10 +1,11 @@
 // The GPU KV-cache path against itself: a paged cache (shuffled pages) and a contiguous one holding the same keys
 // give the same bits; appending then attending gives the bits of attending over the concatenated cache; split
-// counts 1..64 agree within fp32 rounding; out-of-range device-resident indices are clamped (no fault); a decode
+// counts 1..64 agree within the rounding of P per split; out-of-range device-resident indices are clamped (no fault); a decode
 // step replays from a CUDA graph with the bits of a direct call.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -114,13 +115,18 @@ TEST(KvCacheGpuConsistency, SplitCountsAgree) {
   FLASH4_TEST_CUDA(call.run());
   EXPECT_TRUE(check_kvcache(c));
   const std::vector<double> out = c.out.to_double(), lse = c.lse.to_double();
+  // Each split rounds its P = exp(s - m_split) to bf16 against its own running max, so two split counts differ by
+  // up to two P roundings (2^-8 relative each p) of sum(p |v|) / l <= max |v|, plus one rounding of the bf16 out.
+  double max_v = 0.0;
+  for (double x : c.v_cache.to_double()) max_v = std::max(max_v, std::abs(x));
   for (int splits = 2; splits <= 64; ++splits) {
     call.args.num_splits = splits;
     FLASH4_TEST_CUDA(call.run());
+    ASSERT_TRUE(check_kvcache(c)) << "splits " << splits;  // the fp64 reference judges every split count
     const std::vector<double> o = c.out.to_double(), l = c.lse.to_double();
-    // fp32 rounding of the merge, then at most one rounding step of the bf16 output.
     for (size_t i = 0; i < o.size(); ++i)
-      ASSERT_LE(std::abs(o[i] - out[i]), 0x1p-7 * std::abs(out[i]) + 1e-6) << "splits " << splits << " out " << i;
+      ASSERT_LE(std::abs(o[i] - out[i]), 0x1p-7 * std::abs(out[i]) + 0x1p-8 * max_v)
+          << "splits " << splits << " out " << i;
     for (size_t i = 0; i < l.size(); ++i)
       ASSERT_LE(std::abs(l[i] - lse[i]), 1e-5 * (1.0 + std::abs(lse[i]))) << "splits " << splits << " lse " << i;
   }
