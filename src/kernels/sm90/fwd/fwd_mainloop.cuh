@@ -171,7 +171,7 @@ struct FwdMainloop {
 
     const int num_tiles = keys.count();
     Turns turns(wg, Traits::kIntraWgOverlap ? num_tiles + 1 : num_tiles);  // matmul issue rounds
-    Softmax softmax;
+    Softmax softmax = Softmax::for_rows(row0, mask.seqlen_q);
     float acc_o[kHeadDim / 2];
     Mma::zero_o(acc_o);
     float acc_s[kBlockN / 2];

@@ -40,6 +40,10 @@ struct FwdStreamMainloop {
     c.row0 = tile.m_block * kBlockM + wg * kWgRows + warp * 16 + lane / 4;
     return c;
   }
+  // The softmax state a tile starts from (the sequence's length is read again: not kept across the loop).
+  static __device__ __forceinline__ Softmax fresh_softmax(const FwdParams& p, const ConsumerTile& c) {
+    return Softmax::for_rows(c.row0, Traits::sequence_mask(p, c.batch).seqlen_q);
+  }
 
   static __device__ __forceinline__ void run(const FwdParams& p, SharedStorage& s, int wg,
                                              const FwdTileScheduler<Traits::kMasked>& scheduler, Ring& st) {
@@ -83,7 +87,7 @@ struct FwdStreamMainloop {
       if (!running) {
         if (cur.keys.count() == 0) {  // fully masked tile: Q is not read at all; out = 0, LSE = -inf
           Loop::release(&s.q_empty[cur.qb], lane);
-          softmax = Softmax{};
+          softmax = fresh_softmax(p, cur);
           Mma::zero_o(acc_o);
           float inv[2], lse[2];
           Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
@@ -92,7 +96,7 @@ struct FwdStreamMainloop {
           continue;
         }
         // The tile's first S alone.
-        softmax = Softmax{};
+        softmax = fresh_softmax(p, cur);
         Mma::zero_o(acc_o);
         const int n = cur.keys.n_max;
         Loop::first_s(s, wg, cur.qb, st, n == cur.keys.n_min, acc_s, no_turns, lane);
@@ -127,7 +131,7 @@ struct FwdStreamMainloop {
           Loop::template overlap_step<false>(s, wg, next.qb, st, st_pv, n == next.keys.n_min, pending, free, acc_s,
                                              acc_o, factor,
                                              [&] {
-                                               softmax = Softmax{};
+                                               softmax = fresh_softmax(p, next);
                                                return softmax_of(next, n);  // the next tile's first: no rescale
                                              },
                                              no_turns, lane);

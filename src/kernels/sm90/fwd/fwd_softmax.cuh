@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "common/exp2_poly.h"
@@ -23,6 +24,18 @@ struct FwdSoftmax {
 
   float m_ref[2] = {-INFINITY, -INFINITY};  // reference max of each row (before log2_scale)
   float l_part[2] = {0.0f, 0.0f};           // this thread's partial row sums, relative to m_ref
+
+  // A fresh state for the thread's rows row0 and row0 + 8 of a sequence of seqlen_q queries. Rows past its end
+  // (a last tile's tail: zeros in a dense batch, the next sequence's queries in a packed one) start from a
+  // reference max no score reaches, so they never vote in the warp's rescale decision and keep P = 0: the rows
+  // that are stored round the same whatever the tail holds (a packed call equals per-sequence dense calls).
+  static __device__ __forceinline__ FwdSoftmax for_rows(int row0, int64_t seqlen_q) {
+    FwdSoftmax s;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (row0 + 8 * r >= seqlen_q) s.m_ref[r] = FLT_MAX;
+    return s;
+  }
 
   // Column of accumulator element i in the tile, relative to the tile's first key.
   static __device__ __forceinline__ int column(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + (i % 2); }
