@@ -1,6 +1,7 @@
 """flash4.flash_attn_with_kvcache: KV-cache attention for inference with flash-attn's signature (the C++ entry
 point is flash4::forward_kvcache, include/flash4/kvcache.h; docs/kvcache.md). torch tensors only; the work runs
-through the custom op flash4::fwd_kvcache (python/flash4/_torch_kvcache.py), which torch.compile traces."""
+through the custom op flash4::fwd_kvcache (python/flash4/_torch_kvcache.py) under torch.compile, which traces it,
+and as a plain call in eager mode."""
 
 from ._api import _is_torch_tensor, normalize_options, refuse_unimplemented
 
@@ -66,7 +67,7 @@ def flash_attn_with_kvcache(
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
     as_int32 = lambda t: t.to(torch.int32) if t is not None and t.dtype == torch.int64 else t  # noqa: E731
     seqlens, cache_batch_idx, block_table = as_int32(seqlens), as_int32(cache_batch_idx), as_int32(block_table)
-    out, lse = _torch_kvcache.fwd_kvcache(
+    out, lse = _torch_kvcache.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), int(num_splits))
     return (out, lse) if return_softmax_lse else out

@@ -17,6 +17,26 @@ def _dl(t):
     return None if t is None else to_dlpack(t)
 
 
+def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen, cache_batch_idx,
+                block_table, learnable_sink, softmax_scale, causal, window_left, window_right, softcap,
+                rotary_interleaved, num_splits):
+    """The call itself: out, lse. Eager callers use it directly (the custom op's dispatch costs host time on
+    every decode step) and bump the caches' versions when they append, as the op's mutates_args would."""
+    # Inputs need a unit stride in the last dimension only; the caches are written in place, so they are not
+    # copied (the library refuses them if that stride is not 1).
+    q, k, v, rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t)
+                                       for t in (q, k, v, rotary_cos, rotary_sin))
+    cache_seqlens, cache_batch_idx, block_table, learnable_sink = (
+        None if t is None else t.contiguous() for t in (cache_seqlens, cache_batch_idx, block_table, learnable_sink))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
+                       _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
+                       to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal, window_left,
+                       window_right, softcap, rotary_interleaved, num_splits, _stream(q))
+    return out, lse
+
+
 @torch.library.custom_op("flash4::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
 def fwd_kvcache(
     q: Tensor,
@@ -39,19 +59,21 @@ def fwd_kvcache(
     rotary_interleaved: bool,
     num_splits: int,
 ) -> tuple[Tensor, Tensor]:
-    # Inputs need a unit stride in the last dimension only; the caches are written in place, so they are not
-    # copied (the library refuses them if that stride is not 1).
-    q, k, v, rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t)
-                                       for t in (q, k, v, rotary_cos, rotary_sin))
-    cache_seqlens, cache_batch_idx, block_table, learnable_sink = (
-        None if t is None else t.contiguous() for t in (cache_seqlens, cache_batch_idx, block_table, learnable_sink))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
-                       _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
-                       to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal, window_left,
-                       window_right, softcap, rotary_interleaved, num_splits, _stream(q))
-    return out, lse
+    return run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
+                       cache_batch_idx, block_table, learnable_sink, softmax_scale, causal, window_left,
+                       window_right, softcap, rotary_interleaved, num_splits)
+
+
+def call(*args):
+    """flash4::fwd_kvcache under torch.compile and for tensor subclasses (fake tensors, modes); the plain call
+    otherwise, with the version bump of the caches an append makes."""
+    q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
+    if torch.compiler.is_compiling() or not (type(q) is Tensor and type(k_cache) is Tensor):
+        return fwd_kvcache(*args)
+    out_lse = run_kvcache(*args)
+    if k is not None:
+        torch.autograd.graph.increment_version((k_cache, v_cache))
+    return out_lse
 
 
 @fwd_kvcache.register_fake

@@ -186,6 +186,17 @@ def test_opcheck():
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def test_eager_append_bumps_the_cache_versions():
+    # Eager calls skip the custom op's dispatch; autograd must still see the in-place append (and only it).
+    c = Case(1, 1, 2, 1, [9], seqlen_new=1)
+    versions = c.k_cache._version, c.v_cache._version
+    flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_seqlens=c.cache_seqlens)
+    assert (c.k_cache._version, c.v_cache._version) == versions  # attending alone writes nothing
+    out, lse = c.run()
+    assert c.k_cache._version > versions[0] and c.v_cache._version > versions[1]
+    c.check(out, lse)
+
+
 def test_bad_arguments_write_nothing():
     c = Case(2, 1, 2, 1, [5, 60], seqlen_new=1, page_size=16)
     before = c.k_cache.clone()
