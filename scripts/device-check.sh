@@ -38,7 +38,8 @@
 #            as a peer"). Skipped with a note when FA4 does not import. JSON lines, $OUT/peers-results.json (with
 #            FA4's version) and the table $OUT/peers-table.txt. PEERS_DIMS / PEERS_SEQLENS narrow the sweep,
 #            PEERS_ARGS adds sdpa_bench.py options (e.g. "--rounds 2"), PEERS_SKIP_BACKWARD=1 times the forward only.
-# Full logs go to $OUT; a short table is printed last.
+# Full logs go to $OUT; a short table is printed last. The build stage builds the benchmark too (most stages run
+# it); CMAKE_ARGS adds options (e.g. -DFLASH4_BENCH_VARIANTS=OFF). BUNDLE=1 packs $OUT into device-out.tgz.
 set -uo pipefail
 OUT=build/device-out
 if [[ ${1:-} == --out ]]; then
@@ -55,7 +56,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,
 for stage in $STAGES; do
   case $stage in
     build)
-      cmake -S . -B "$BUILD_DIR" -G Ninja -DFLASH4_CUDA=ON ${CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 &&
+      cmake -S . -B "$BUILD_DIR" -G Ninja -DFLASH4_CUDA=ON -DFLASH4_BUILD_BENCH=ON ${CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 &&
         cmake --build "$BUILD_DIR" -j 16 >>"$OUT/build.log" 2>&1
       summary+=("build: rc=$?")
       grep -E "error" "$OUT/build.log" | head -20
@@ -291,3 +292,7 @@ PY
 done
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
+# The device tool brings back at most 8 files from $OUT: BUNDLE=1 packs everything into one archive instead.
+if [[ -n "${BUNDLE:-}" ]]; then
+  tar -C "$OUT" -czf /tmp/device-out.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/device-out.tgz "$OUT/"
+fi
