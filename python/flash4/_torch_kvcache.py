@@ -65,10 +65,12 @@ def fwd_kvcache(
 
 
 def call(*args):
-    """flash4::fwd_kvcache under torch.compile and for tensor subclasses (fake tensors, modes); the plain call
-    otherwise, with the version bump of the caches an append makes."""
+    """flash4::fwd_kvcache under torch.compile, for tensor subclasses (fake tensors, modes) and for inputs that
+    require grad (the op's autograd then says it has no backward); the plain call otherwise, with the version
+    bump of the caches an append makes."""
     q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
-    if torch.compiler.is_compiling() or not (type(q) is Tensor and type(k_cache) is Tensor):
+    if (torch.compiler.is_compiling() or not (type(q) is Tensor and type(k_cache) is Tensor)
+            or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]))):
         return fwd_kvcache(*args)
     out_lse = run_kvcache(*args)
     if k is not None:
