@@ -1,19 +1,58 @@
 // A stream-ordered device allocation (cudaMallocAsync) released stream-ordered (cudaFreeAsync) when the scope ends,
 // also on an exception: kernels' scratch memory without a host synchronisation, capturable in a CUDA graph (as
-// memory nodes); the device's default memory pool caches the blocks between calls.
+// memory nodes). The blocks come from the device's default memory pool, which caches them between calls.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda_check.h"
 
 namespace flash4::detail {
 
+// Bytes of freed blocks the device's default pool keeps across synchronizations. Its default (0) hands every
+// freed block back to the driver at the next stream, event or device synchronize, so each call after one maps
+// fresh memory again; this keeps the workspaces of calls up to about 16k tokens of a 2048-wide model (the
+// backward's fp32 dQ accumulator is the largest) and the forward's counter. A higher threshold set by the
+// application is left as it is.
+inline constexpr uint64_t kPoolKeepBytes = uint64_t{256} << 20;
+
+// Raises the current device's default pool's release threshold to kPoolKeepBytes, once per device (best effort:
+// a device or driver without memory pools is left alone). Not while `stream` is being captured into a CUDA graph:
+// a call the capture does not allow would invalidate it (graph allocations come from the graph's own pool).
+inline void keep_pool_blocks(cudaStream_t stream) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (done[device].load(std::memory_order_relaxed)) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return;
+  }
+  cudaMemPool_t pool;
+  uint64_t threshold = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) == cudaSuccess &&
+      threshold < kPoolKeepBytes) {
+    uint64_t keep = kPoolKeepBytes;
+    (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  (void)cudaGetLastError();  // a failed query leaves no sticky error behind
+  done[device].store(true, std::memory_order_relaxed);
+}
+
 class StreamWorkspace {
  public:
   StreamWorkspace(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    keep_pool_blocks(stream);
     FLASH4_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
   }
   ~StreamWorkspace() {

@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/sm_count.h"
 #include "kernels/smem_opt_in.h"
+#include "kernels/stream_workspace.h"
 #include "kernels/sm90/fwd/fwd_kernel.cuh"
 
 namespace flash4::sm90 {
@@ -30,12 +31,11 @@ void launch_forward_kernel(const FwdParams& params, bool persistent, cudaStream_
   const int grid = static_cast<int>(std::min<int64_t>(tiles, persistent ? sms : tiles));
   // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
   FwdParams launch_params = params;
-  FLASH4_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&launch_params.tile_counter), sizeof(int), stream));
+  detail::StreamWorkspace counter(sizeof(int), stream);
+  launch_params.tile_counter = reinterpret_cast<int*>(counter.data());
   FLASH4_CUDA_CHECK(cudaMemsetAsync(launch_params.tile_counter, 0, sizeof(int), stream));
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(launch_params);
-  const cudaError_t launch_status = cudaGetLastError();
-  FLASH4_CUDA_CHECK(cudaFreeAsync(launch_params.tile_counter, stream));
-  FLASH4_CUDA_CHECK(launch_status);
+  FLASH4_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class Element, int kHeadDim, bool kMasked>
