@@ -10,6 +10,7 @@
 #include "gpu_case_runs.h"
 #include "kernels/sm90/fwd/fwd_launch.cuh"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
+#include "kernels/stream_workspace.h"
 
 namespace flash4::test {
 namespace {
@@ -114,6 +115,19 @@ TEST(ForwardFeatures, FullyMaskedRows) {
     CaseSpec s = make_case(1, 300, 100, 2, 2, d, DType::kBFloat16, true);  // rows < 200 see no key
     run_and_check_forward(s);
   }
+}
+
+// After a call, the device's default memory pool keeps freed workspace blocks across synchronizations (at least
+// kPoolKeepBytes), so a call made after a synchronize does not map fresh memory (stream_workspace.h).
+TEST(ForwardFeatures, WorkspacePoolKeepsBlocks) {
+  run_and_check_forward(make_case(1, 100, 100, 2, 2, 64, DType::kBFloat16, true));
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaMemPool_t pool;
+  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&pool, device), cudaSuccess);
+  uint64_t threshold = 0;
+  ASSERT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  EXPECT_GE(threshold, detail::kPoolKeepBytes);
 }
 
 // More tiles than SMs: each persistent CTA walks several tiles (Q and K/V barriers change phase across tiles).
