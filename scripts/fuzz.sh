@@ -14,14 +14,14 @@ build=$repo/build/fuzz
 findings=$build/findings
 
 cmake --preset fuzz >/dev/null
-cmake --build "$build" -j "${FLASH4_FUZZ_JOBS:-$(nproc)}" --target flash4_fuzz_api_args flash4_fuzz_cli_options >/dev/null
+cmake --build "$build" -j "${FLASH4_FUZZ_JOBS:-$(nproc)}" --target flash4_fuzz_api_args flash4_fuzz_kvcache_args flash4_fuzz_cli_options >/dev/null
 mkdir -p "$findings"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 total=0
 failed=0
-for target in api_args cli_options; do
+for target in api_args kvcache_args cli_options; do
   mkdir -p "$work/$target"
   log=$work/$target.log
   status=0

@@ -111,8 +111,11 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
     FLASH4_REQUIRE(c, s.batch == 0 || p.num_slots >= 1,
                    "k_cache.shape[0] (batch_cache) = 0 but cache_batch_idx selects rows of it");
   }
-  p.capacity = p.paged ? p.page_size * p.max_pages : p.page_size;  // no overflow: block_table's extent and page
-                                                                   // rows are bounded by int64 tensors
+  // Key positions must stay representable: a zero stride lets block_table's or the pool's shape be anything.
+  p.capacity = p.page_size;
+  FLASH4_REQUIRE(c, !p.paged || !__builtin_mul_overflow(p.page_size, p.max_pages, &p.capacity),
+                 "block_table.shape[1] (max_pages) = " + to_string(p.max_pages) + " pages of page_size " +
+                     to_string(p.page_size) + " keys overflow int64 key positions");
   s.seqlen_k = p.capacity;
 
   FLASH4_REQUIRE(c, present(a.k) == present(a.v),

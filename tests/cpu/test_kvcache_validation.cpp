@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "common/kvcache_case.h"
 
@@ -101,6 +103,26 @@ TEST(KvCacheValidation, PageTable) {
   // 20 + 2 new keys fit in 2 pages of 16, but not in 1: a shorter table overflows.
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.shape[1] = 1; }, "the append would overflow");
+}
+
+// An empty batch leaves block_table's max_pages unbounded by any buffer: max_pages * page_size must not overflow
+// (the kvcache_args fuzzer's signed-overflow finding).
+TEST(KvCacheValidation, HugePageTableOfAnEmptyBatch) {
+  std::vector<uint16_t> q(16), cache(2 * 16 * 8), out(16);
+  std::vector<int32_t> table(1);
+  KvCacheArgs a;
+  a.q = make_view(q.data(), DType::kBFloat16, Device::cpu(), 0, 1, 2, 8);
+  a.k_cache = make_view(cache.data(), DType::kBFloat16, Device::cpu(), 1, 16, 1, 8);
+  a.v_cache = make_view(cache.data() + 16 * 8, DType::kBFloat16, Device::cpu(), 1, 16, 1, 8);
+  a.out = make_view(out.data(), DType::kBFloat16, Device::cpu(), 0, 1, 2, 8);
+  a.block_table = make_view(table.data(), DType::kInt32, Device::cpu(), 0, std::numeric_limits<int64_t>::max());
+  try {
+    (void)can_implement(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("overflow int64 key positions"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KvCacheValidation, CacheLengths) {
