@@ -26,26 +26,23 @@ inline constexpr uint64_t kPoolKeepBytes = uint64_t{256} << 20;
 inline void keep_pool_blocks(cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
   static std::atomic<bool> done[kMaxDevices] = {};
+  // A failed query resets the error it set (and only then: an error pending from other work stays reported).
+  const auto ok = [](cudaError_t e) {
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess;
+  };
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    (void)cudaGetLastError();
-    return;
-  }
+  if (!ok(cudaGetDevice(&device)) || device < 0 || device >= kMaxDevices) return;
   if (done[device].load(std::memory_order_relaxed)) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return;
-  }
+  if (!ok(cudaStreamIsCapturing(stream, &capture)) || capture != cudaStreamCaptureStatusNone) return;
   cudaMemPool_t pool;
   uint64_t threshold = 0;
-  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
-      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) == cudaSuccess &&
-      threshold < kPoolKeepBytes) {
+  if (ok(cudaDeviceGetDefaultMemPool(&pool, device)) &&
+      ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold)) && threshold < kPoolKeepBytes) {
     uint64_t keep = kPoolKeepBytes;
-    (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    (void)ok(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
-  (void)cudaGetLastError();  // a failed query leaves no sticky error behind
   done[device].store(true, std::memory_order_relaxed);
 }
 
