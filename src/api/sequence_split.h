@@ -1,5 +1,5 @@
 // A packed (variable-length) or seqused backward as one dense backward per sequence, for a backend whose kernels
-// take dense batches only (the Hopper backward, for now). Each sequence's rows of q, k, v, out, dout, lse and of
+// take dense batches only (the Hopper backward's fallback for layouts its TMA kernels cannot describe). Each sequence's rows of q, k, v, out, dout, lse and of
 // the gradients are viewed as a dense batch of one; the dense calls get neither the sink (the forward's LSE
 // already includes it, and that is all the gradient of q, k, v needs) nor dsink, which the caller computes for the
 // whole packed problem. Rows in no sequence get zero gradients (the outputs are cleared first).

@@ -3,12 +3,16 @@
 // postprocess (dQ).
 //
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
-//   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 (bwd_wgmma_kernel.cuh) and head_dim 256
-//     (bwd_wgmma_hd256_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned base, every stride
-//     a non-zero multiple of 16 bytes);
+//   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 or in deterministic mode (bwd_wgmma_kernel.cuh) and
+//     head_dim 256 (bwd_wgmma_hd256_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned
+//     base, every stride a non-zero multiple of 16 bytes);
 //   mma.sync (bwd_mma_sync_kernel.cuh): everything else the GPU backward supports: tiny seqlen_k at d = 64 / 128 (one
 //     64-key tile of the mma.sync kernel wastes less than the wgmma kernel's 128-key tile) and layouts TMA cannot
 //     describe (at d = 256 two CTAs per K/V tile, one per 128-column half of dK, dV, dQ).
+// Packed (cu_seqlens) and seqused batches run on the wgmma kernels' packed instantiation (kPacked: every work
+// item in its own entry's lengths, offsets and band, read on the device), so they need no host synchronisation
+// and can be captured in CUDA graphs; layouts TMA cannot describe fall back to one dense call per sequence
+// (bwd_sequences.h).
 // Head dims 96 and 192 and split ones ((192, 128), (128, 64)) run zero-padded on the wgmma kernel of the next
 // compiled width (head_dims.h), at every seqlen_k: the padding lives in the TMA maps, and the mma.sync kernel
 // loads full-width rows itself, so those need layouts TMA can describe.
@@ -18,8 +22,8 @@
 // Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
 // the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
 // it between calls). Layout, each part 256-byte aligned:
-//   dq_accum   fp32 (b, h, sq, d)   zeroed by the preprocess kernel
-//   dsum       fp32 (b, h, sq)
+//   dq_accum   fp32 (b, h, sq, d)   zeroed by the preprocess kernel ((h, total_q, d) with packed queries)
+//   dsum       fp32 (b, h, sq)      ((h, total_q) with packed queries, as lse_log2)
 //   lse_log2   fp32 (b, h, sq)
 //   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
 //   work_counter int  zeroed by the preprocess kernel; the persistent wgmma kernel's item counter (only where
@@ -59,6 +63,8 @@ template <class Element, int kHeadDim>
 void launch_bwd_mma_sync(const BwdParams& params, bool masked, cudaStream_t stream);
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
+template <class Element, int kHeadDim>
+void launch_bwd_wgmma_packed(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -102,12 +108,22 @@ int mma_col_slices(int64_t head_dim) {
 bool rows_16b_aligned(const TensorView& t) {
   if (t.numel() == 0) return true;
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i + 1 < t.rank; ++i)
     if (t.shape[i] > 1 && (t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
   return true;
 }
 
-sm90::BshdStrides strides_of(const TensorView& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
+// An attention tensor as the kernels address it, (batch, seqlen, heads, head_dim): a packed (total, heads,
+// head_dim) one is a single batch entry of `total` rows (batch stride 0).
+struct BshdView {
+  int64_t batch, seqlen;
+  sm90::BshdStrides stride;
+};
+BshdView bshd(const TensorView& t) {
+  if (t.rank == 3) return {1, t.shape[0], {0, t.stride[0], t.stride[1]}};
+  return {t.shape[0], t.shape[1], {t.stride[0], t.stride[1], t.stride[2]}};
+}
+sm90::BshdStrides strides_of(const TensorView& t) { return bshd(t).stride; }
 
 template <class Element>
 void launch_mma_sync(const sm90::BwdParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
@@ -123,7 +139,7 @@ void launch_mma_sync(const sm90::BwdParams& params, int64_t head_dim, bool maske
 // of 16 bytes.
 bool tma_describable(const TensorView& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i + 1 < t.rank; ++i)
     if (t.stride[i] <= 0 || (t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
   return true;
 }
@@ -139,9 +155,30 @@ bool use_wgmma_kernel(const BackwardArgs& args, const Problem& p) {
   const int width = sm90::kernel_head_dim(p.head_dim, p.head_dim_v);
   if (width == 0) return false;
   const bool padded = sm90::padded_head_dims(p.head_dim, p.head_dim_v);  // no mma.sync fallback: see the top
-  if (!padded && width != 256 && p.seqlen_k <= 64) return false;
+  // Deterministic mode keeps the wgmma kernel at every length, so that a sequence's gradients are the same bits
+  // whether it runs alone or in a packed batch (whose kernel is the wgmma one).
+  if (!padded && width != 256 && p.seqlen_k <= 64 && !args.deterministic) return false;
   if (p.seqlen_q < 1 || p.batch < 1 || p.heads < 1 || p.heads_kv < 1) return false;
   return tma_describable(args);
+}
+
+// Packed (cu_seqlens) and seqused batches run on the wgmma kernels' packed instantiation, every entry in its own
+// lengths and band, wherever TMA can describe the tensors and there are rows to describe; the rest (layouts TMA
+// cannot describe, empty packed tensors) as one dense call per sequence (bwd_sequences.h).
+bool backward_packed_native(const BackwardArgs& args, const Problem& p) {
+  return backward_needs_sequences(p) && sm90::kernel_head_dim(p.head_dim, p.head_dim_v) != 0 && p.batch > 0 &&
+         p.heads > 0 && p.total_q > 0 && p.total_k > 0 && tma_describable(args);
+}
+
+template <class Element>
+void launch_wgmma_packed(const sm90::bwd::BwdWgmmaParams& params, int head_dim, bool masked, cudaStream_t stream) {
+#define FLASH4_LAUNCH_BWD(T, D) \
+  if (std::is_same_v<T, Element> && head_dim == D) \
+    return sm90::launch_bwd_wgmma_packed<T, D>(params, masked, stream);
+  FLASH4_BWD_CONFIGS(FLASH4_LAUNCH_BWD)
+#undef FLASH4_LAUNCH_BWD
+  throw Error(Status::kNotSupported, "flash4::backward: no compiled wgmma backward kernel for head_dim " +
+                                         std::to_string(head_dim));
 }
 
 template <class Element>
@@ -171,7 +208,8 @@ void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cuda
 }  // namespace
 
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
-  if (backward_needs_sequences(p)) return cuda_can_backward_sequences(args, p);  // one dense call per sequence
+  if (backward_needs_sequences(p) && !backward_packed_native(args, p))
+    return cuda_can_backward_sequences(args, p);  // one dense call per sequence
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
@@ -201,6 +239,8 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen || p.heads > 65535 || p.heads_kv > 65535 ||
       p.batch > 65535)
     return {false, "the GPU backward supports seqlen <= 2^30 and batch, heads <= 65535"};
+  if (p.varlen() && (p.total_q > kMaxSeqlen || p.total_k > kMaxSeqlen))  // row coordinates of TMA are 32-bit
+    return {false, "the GPU backward supports packed batches of at most 2^30 tokens (total_q, total_k)"};
   // Work items of the wgmma kernels (bwd_schedule.h) are numbered in 32 bits; 64 keys per item at least.
   if ((p.seqlen_k + 63) / 64 * p.heads_kv * p.batch >= (int64_t{1} << 31))
     return {false, "the GPU backward supports fewer than 2^31 (64-key tiles x kv heads x batch)"};
@@ -208,7 +248,8 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
 }
 
 void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
-  if (backward_needs_sequences(p)) return cuda_backward_sequences(args, p, stream);
+  const bool sequences = backward_needs_sequences(p);  // packed or seqused: the kernels' per-entry instantiation
+  if (sequences && !backward_packed_native(args, p)) return cuda_backward_sequences(args, p, stream);
   using sm90::BwdParams;
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -217,7 +258,7 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   static_assert(kMmaBlockM == MmaSyncTile<128>::kBlockM && kMmaBlockN == MmaSyncTile<128>::kBlockN &&
                     kMmaBlockM == MmaSyncTile<256>::kBlockM && kMmaBlockN == MmaSyncTile<256>::kBlockN,
                 "the mma.sync kernel has one tile shape for every head dim");
-  const bool wgmma = use_wgmma_kernel(args, p);
+  const bool wgmma = sequences || use_wgmma_kernel(args, p);
   // The compiled width that runs the problem: its own head dim, or zero-padded the next wider one (head_dims.h).
   const int width = sm90::kernel_head_dim(p.head_dim, p.head_dim_v);
   // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
@@ -237,8 +278,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.out = args.out.data;
   params.dout = args.dout.data;
   params.lse = static_cast<const float*>(args.lse.data);
-  params.lse_stride_b = args.lse.stride[0];
-  params.lse_stride_h = args.lse.stride[1];
+  params.lse_stride_b = args.lse.rank == 2 ? 0 : args.lse.stride[0];  // packed: (heads, total_q)
+  params.lse_stride_h = args.lse.rank == 2 ? args.lse.stride[0] : args.lse.stride[1];
   params.q_stride = strides_of(args.q);
   params.k_stride = strides_of(args.k);
   params.v_stride = strides_of(args.v);
@@ -262,7 +303,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   params.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
   params.n_blocks = static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
   // The common mask and score transform (common/mask.h, common/score_transform.h); the band in int for the kernels'
-  // compares, unbounded sides as the sentinels every real offset satisfies.
+  // compares, unbounded sides as the sentinels every real offset satisfies. Packed and seqused launches make
+  // each entry's band from `seq` and `mask` (bwd_schedule.h); theirs below, of the longest entry, only sizes the
+  // launch.
+  params.seq = p.layout();
+  params.mask = p.mask();
   const SequenceMask band = SequenceMask::make(p.mask(), p.seqlen_q, p.seqlen_k);
   params.band_lo = sm90::clamp_band(band.band_lo);
   params.band_hi = sm90::clamp_band(band.band_hi);
@@ -278,13 +323,10 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
     // work on the GPU.
     const int resident_key_tiles = detail::current_device_sm_count() / 2;
-    // Rotated deterministic order (bwd_schedule.h): a CTA may wait on CTAs of its (batch, kv head) launched after
-    // it, so all of them must be resident together. It also ties every CTA of a head to the pace of the
-    // latest-launched one, which pays while start tiles are spread apart: up to 32 key tiles per step of spacing
-    // between start tiles (the measurements are in docs/performance.md).
-    if (!p.has_mask() && params.n_blocks > 0) {
-      const int spacing = std::max(1, params.m_blocks / params.n_blocks);
-      params.det_rotated = params.n_blocks <= std::min(resident_key_tiles, 32 * spacing);
+    // Rotated deterministic order (bwd_schedule.h, det_rotates); a packed launch decides it per entry.
+    if (!p.has_mask()) {
+      if (sequences) params.det_resident_key_tiles = resident_key_tiles;
+      else params.det_rotated = sm90::bwd::det_rotates(params.m_blocks, params.n_blocks, resident_key_tiles);
     }
     // d = 256: release dQ additions one tile late (bwd_wgmma_hd256_kernel.cuh), so that the release fence stops
     // stalling the warpgroup; not where each CTA waits on its predecessor's release in lockstep (unmasked,
@@ -294,7 +336,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     }
   }
 
-  const int64_t rows = p.batch * p.heads * p.seqlen_q;
+  // Rows of the LSE / D / dQ-accumulator workspace, (b, h, sq) or (h, total_q) with packed queries.
+  const int64_t rows = p.heads * (p.varlen() ? p.total_q : p.batch * p.seqlen_q);
   const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));
   const size_t row_bytes = align256(static_cast<size_t>(rows) * sizeof(float));
   const int64_t col_slices = wgmma ? 1 : mma_col_slices(width);
@@ -318,38 +361,57 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     params.work_counter = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes + sem_bytes);
   }
   if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
+  // The pre- and postprocess work row by row: packed queries are one entry of total_q rows to them (rows in no
+  // sequence included: their dQ accumulator stays zero, so their dQ is written as zero).
+  BwdParams row_params = params;
+  if (p.varlen()) {
+    row_params.batch = 1;
+    row_params.seqlen_q = static_cast<int>(p.total_q);
+  }
 
   const bool bf16 = args.q.dtype == DType::kBFloat16;
   if (rows > 0) {
-    if (bf16) launch_prepost<__nv_bfloat16>(params, rows, /*post=*/false, s);
-    else launch_prepost<__half>(params, rows, /*post=*/false, s);
+    if (bf16) launch_prepost<__nv_bfloat16>(row_params, rows, /*post=*/false, s);
+    else launch_prepost<__half>(row_params, rows, /*post=*/false, s);
   }
   if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
     if (rows > 0) {
-      sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      if (sequences) sm90::bwd::bwd_dsink_entries_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      else sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
       FLASH4_CUDA_CHECK_LAUNCH();
     } else {
       FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));
     }
+  }
+  // Key rows in no entry (past seqused_k, after the last packed segment) get zero gradients here; the main
+  // kernel writes every other row.
+  if (sequences) {
+    sm90::launch_zero_uncovered_key_rows(args.dk, p, s);
+    sm90::launch_zero_uncovered_key_rows(args.dv, p, s);
   }
   // The main kernel also writes dK = dV = 0 when no query can see a key tile (seqlen_q == 0, heads == 0, masks).
   if (params.n_blocks > 0 && p.batch > 0) {
     if (wgmma) {
       sm90::bwd::BwdWgmmaParams wp{};
       wp.p = params;
-      const TensorView &q = args.q, &k = args.k, &v = args.v, &dout = args.dout;
-      wp.tma_q = sm90::make_tensor_map_bshd(q.data, p.batch, p.seqlen_q, p.heads, p.head_dim, q.stride[0],
-                                            q.stride[1], q.stride[2], block_m);
+      const BshdView q = bshd(args.q), k = bshd(args.k), v = bshd(args.v), dout = bshd(args.dout);
+      auto map = [](const TensorView& t, const BshdView& view, int64_t heads, int64_t width, int box_rows) {
+        return sm90::make_tensor_map_bshd(t.data, view.batch, view.seqlen, heads, width, view.stride.batch,
+                                          view.stride.seq, view.stride.head, box_rows);
+      };
       // True widths (q, k: head_dim; v, dout: head_dim_v): TMA zero-fills a padded kernel's extra columns.
-      wp.tma_do = sm90::make_tensor_map_bshd(dout.data, p.batch, p.seqlen_q, p.heads, p.head_dim_v, dout.stride[0],
-                                             dout.stride[1], dout.stride[2], block_m);
-      wp.tma_k = sm90::make_tensor_map_bshd(k.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, k.stride[0],
-                                            k.stride[1], k.stride[2], block_n);
-      wp.tma_v = sm90::make_tensor_map_bshd(v.data, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, v.stride[0],
-                                            v.stride[1], v.stride[2], block_n);
-      wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, p.batch, p.heads, p.seqlen_q, p.head_dim, 64);
-      if (bf16) launch_wgmma<__nv_bfloat16>(wp, width, p.has_mask(), s);
-      else launch_wgmma<__half>(wp, width, p.has_mask(), s);
+      wp.tma_q = map(args.q, q, p.heads, p.head_dim, block_m);
+      wp.tma_do = map(args.dout, dout, p.heads, p.head_dim_v, block_m);
+      wp.tma_k = map(args.k, k, p.heads_kv, p.head_dim, block_n);
+      wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, block_n);
+      wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, p.head_dim, 64);
+      if (sequences) {
+        if (bf16) launch_wgmma_packed<__nv_bfloat16>(wp, width, p.has_mask(), s);
+        else launch_wgmma_packed<__half>(wp, width, p.has_mask(), s);
+      } else {
+        if (bf16) launch_wgmma<__nv_bfloat16>(wp, width, p.has_mask(), s);
+        else launch_wgmma<__half>(wp, width, p.has_mask(), s);
+      }
     } else if (sm90::padded_head_dims(p.head_dim, p.head_dim_v)) {
       // No mma.sync kernel for padded head dims (see the top of this file); cuda_can_backward refused the layouts
       // the wgmma kernel cannot take, so only problems without queries get here: their dK = dV = 0.
@@ -362,8 +424,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     }
   }
   if (rows > 0) {
-    if (bf16) launch_prepost<__nv_bfloat16>(params, rows, /*post=*/true, s);
-    else launch_prepost<__half>(params, rows, /*post=*/true, s);
+    if (bf16) launch_prepost<__nv_bfloat16>(row_params, rows, /*post=*/true, s);
+    else launch_prepost<__half>(row_params, rows, /*post=*/true, s);
   }
 }
 

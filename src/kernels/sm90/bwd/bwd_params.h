@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
+#include "common/mask.h"
+#include "common/sequence.h"
+
 namespace flash4::sm90 {
 
 // Strides in elements of a (batch, seqlen, heads, head_dim) tensor; head_dim is contiguous.
@@ -65,6 +69,21 @@ struct BwdParams {
   // release_dq), so that their fence no longer stalls it; not where the unrotated release chain of a head whose
   // CTAs are all resident is the critical path (bwd_api.cu decides).
   bool det_defer_release = false;
+
+  // Packed (cu_seqlens) and seqused batches, run by the kernels' kPacked instantiations: where each entry's rows
+  // lie and how many take part (common/sequence.h), and the call's window, from which each entry's band is made
+  // (bwd_schedule.h, BwdSequence). Then batch counts the entries, seqlen_q / seqlen_k are the maxima, m_blocks /
+  // n_blocks their tiles, and band_lo / band_hi are unused. Dense launches leave `seq` dense.
+  detail::SequenceLayout seq;
+  detail::AttentionMask mask;
+  // Deterministic without a mask: the key tiles of one (entry, kv head) that may all be resident at once, for the
+  // per-entry rotated order (bwd_schedule.h, det_rotates); 0 = never rotated.
+  int det_resident_key_tiles = 0;
+
+  // What a dense launch's every entry answers to the questions BwdSequence answers per entry of a packed one:
+  // as constants, so that the per-entry code of a dense kernel compiles as if they were not asked.
+  static constexpr int q_offset = 0, k_offset = 0;  // rows start at position 0 of entry b
+  static constexpr bool packed_q = false, packed_k = false;  // tensors indexed by (b, position)
 };
 
 // Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).
@@ -72,7 +91,7 @@ inline constexpr int kBandSentinel = (1 << 30) + (1 << 20);
 
 // One side of SequenceMask's band (common/mask.h) in int: beyond the sentinels (unbounded sides included) it
 // becomes the sentinel, which every real offset satisfies.
-inline int clamp_band(int64_t offset) {
+FLASH4_HD int clamp_band(int64_t offset) {
   return static_cast<int>(offset < -kBandSentinel ? -kBandSentinel : offset > kBandSentinel ? kBandSentinel : offset);
 }
 

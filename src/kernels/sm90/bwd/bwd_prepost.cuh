@@ -84,6 +84,30 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_kernel(const __grid
   if (threadIdx.x == 0) p.dsink[h] = -partial[0];
 }
 
+// The same over the entries of a packed or seqused batch (BwdParams::seq): only the rows that take part in an
+// entry, whatever the rows in none hold. Entries in order, each thread's rows in a fixed order, a fixed tree.
+__global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_entries_kernel(const __grid_constant__ BwdParams p) {
+  __shared__ float partial[kPrepostThreads];
+  const int h = blockIdx.x;
+  const float sink_log2 = p.learnable_sink[h] * detail::kLog2e;
+  const bool packed = p.seq.cu_seqlens_q != nullptr;
+  const int64_t rows_per_head = packed ? p.seq.total_q : p.seqlen_q;
+  float acc = 0.0f;
+  for (int b = 0; b < p.batch; ++b) {
+    const detail::SequenceInfo si = p.seq.info(b);
+    const int64_t row0 = (static_cast<int64_t>(packed ? 0 : b) * p.heads + h) * rows_per_head + si.q_offset;
+    for (int64_t i = threadIdx.x; i < si.seqlen_q; i += kPrepostThreads)
+      acc += exp2f(sink_log2 - p.lse_log2[row0 + i]) * p.dsum[row0 + i];
+  }
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kPrepostThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dsink[h] = -partial[0];
+}
+
 // dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), 8 elements (one 16-byte store) per thread.
 template <class Element>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_dq_kernel(const __grid_constant__ BwdParams p) {

@@ -24,8 +24,8 @@ FLASH4_HD T max_of(T a, T b) {
 //
 // True when the (m, n) tile holds at least one visible (query, key) pair. The band test on the tile's extreme
 // offsets is exact because every offset in between occurs in a rectangle.
-template <class Tile>
-FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
+template <class Tile, class Shape>
+FLASH4_HD bool tile_visible(const Shape& p, int m, int n) {
   const long long i0 = static_cast<long long>(m) * Tile::kBlockM;
   const long long i1 = min_of(i0 + Tile::kBlockM, static_cast<long long>(p.seqlen_q)) - 1;
   const long long j0 = static_cast<long long>(n) * Tile::kBlockN;
@@ -37,8 +37,8 @@ FLASH4_HD bool tile_visible(const BwdParams& p, int m, int n) {
 // must hide: a key past seqlen_k or (kMasked) an offset outside the band. The kernels run their element mask only
 // on these tiles; rows past seqlen_q need none (their LSE is +inf, so P = 0). An int, not a bool: returned as a
 // bool, the test compiled to a byte conversion and a branch per tile in the wgmma kernels.
-template <int kBlockM, int kBlockN, bool kMasked>
-FLASH4_HD int tile_needs_mask(const BwdParams& p, int m0, int n0) {
+template <int kBlockM, int kBlockN, bool kMasked, class Shape>
+FLASH4_HD int tile_needs_mask(const Shape& p, int m0, int n0) {
   int need = n0 + kBlockN > p.seqlen_k;
   if constexpr (kMasked) {
     const long long lo = static_cast<long long>(n0) - (m0 + kBlockM - 1);  // smallest j - i in the tile
@@ -76,8 +76,8 @@ struct QRange {
 // near the diagonal (whose Q ranges start late) add first instead of waiting for n_block 0 to reach them
 // (shortest first). Unmasked: increasing n_block in launch order, which is faster there (all key tiles are equally
 // long, so the launch order is the order in which they reach a Q tile).
-template <bool kMasked>
-FLASH4_HD int key_tile_of_launch(const BwdParams& p, int launch) {
+template <bool kMasked, class Shape>
+FLASH4_HD int key_tile_of_launch(const Shape& p, int launch) {
   return kMasked && p.deterministic ? p.n_blocks - 1 - launch : launch;
 }
 
@@ -157,8 +157,8 @@ __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
 struct KRange {
   int n_lo, n_hi;
 };
-template <class Tile>
-FLASH4_HD KRange k_range(const BwdParams& p, int m_block) {
+template <class Tile, class Shape>
+FLASH4_HD KRange k_range(const Shape& p, int m_block) {
   constexpr long long kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   const long long i0 = m_block * kBlockM;
   const long long i1 = min_of(i0 + kBlockM, static_cast<long long>(p.seqlen_q)) - 1;
@@ -194,8 +194,8 @@ FLASH4_HD int det_arrival_rank(int m_block, int n_block, int m_blocks, int n_blo
   return static_cast<int>(earlier + n_block - starting_by(f - 1));  // + same start tile, lower n
 }
 
-template <class Tile, bool kMasked>
-FLASH4_HD int releases_before(const BwdParams& p, int m_block, int n_block, int per_tile) {
+template <class Tile, bool kMasked, class Shape>
+FLASH4_HD int releases_before(const Shape& p, int m_block, int n_block, int per_tile) {
   if (!kMasked && p.det_rotated) return det_arrival_rank(m_block, n_block, p.m_blocks, p.n_blocks) * per_tile;
   const KRange r = k_range<Tile>(p, m_block);
   const int first = kMasked ? max_of(n_block + 1, r.n_lo) : r.n_lo;
@@ -203,8 +203,8 @@ FLASH4_HD int releases_before(const BwdParams& p, int m_block, int n_block, int 
   return last >= first ? (last - first + 1) * per_tile : 0;
 }
 
-template <class Tile>
-FLASH4_HD QRange q_range(const BwdParams& p, int n_block) {
+template <class Tile, class Shape>
+FLASH4_HD QRange q_range(const Shape& p, int n_block) {
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   const int n0 = n_block * kBlockN;
   const long long j0 = n0, j1 = min_of(n0 + kBlockN, p.seqlen_k) - 1;
@@ -221,6 +221,75 @@ FLASH4_HD QRange q_range(const BwdParams& p, int n_block) {
     if (target > 0 && target < m_count) m_first = target;
   }
   return {m_lo, m_count, m_first};
+}
+
+// Deterministic mode without a mask: whether the rotated order runs for a (batch, kv head) of n_blocks key tiles
+// over m_blocks Q tiles, when `resident` key tiles fit on the GPU at once. A CTA may wait on CTAs of its head
+// launched after it, so all of them must be resident together. It also ties every CTA of a head to the pace of
+// the latest-launched one, which pays while start tiles are spread apart: up to 32 key tiles per step of spacing
+// between start tiles (the measurements are in docs/performance.md).
+FLASH4_HD bool det_rotates(int m_blocks, int n_blocks, int resident) {
+  if (n_blocks <= 0) return false;
+  const int spacing = max_of(1, m_blocks / n_blocks);
+  return n_blocks <= min_of(resident, 32 * spacing);
+}
+
+// One batch entry of a packed or seqused launch (BwdParams::seq): the fields of BwdParams that the schedule above
+// and the kernels read, for this entry, and where its rows start. A dense launch passes BwdParams itself, whose
+// offsets are the constant 0 (bwd_params.h).
+struct BwdSequence {
+  int seqlen_q, seqlen_k, m_blocks, n_blocks, band_lo, band_hi;
+  bool deterministic, det_rotated;
+  int q_offset, k_offset;   // first row in the packed (total, heads, d) tensors; 0 where they are not packed
+  bool packed_q, packed_k;  // the tensors are packed: batch coordinate 0, rows from the offsets
+};
+
+// Entry b of a packed or seqused launch, for tiles of kBlockM x kBlockN. Its band is the call's window aligned
+// to the entry's own lengths (bottom-right, common/mask.h). Offsets and lengths come clamped from the layout, so
+// no entry addresses rows outside the packed tensors whatever the device-resident offsets hold; the host
+// checks that totals fit 32-bit TMA coordinates (bwd_api.cu). An entry takes the rotated deterministic order
+// where a dense call of its shape would (det_rotates), so that deterministic results do not depend on how the
+// sequences are batched.
+template <int kBlockM, int kBlockN>
+FLASH4_HD BwdSequence entry_of(const BwdParams& p, int b) {
+  const detail::SequenceInfo si = p.seq.info(b);
+  const detail::SequenceMask band = detail::SequenceMask::make(p.mask, si.seqlen_q, si.seqlen_k);
+  BwdSequence e;
+  e.seqlen_q = static_cast<int>(si.seqlen_q);
+  e.seqlen_k = static_cast<int>(si.seqlen_k);
+  e.m_blocks = (e.seqlen_q + kBlockM - 1) / kBlockM;
+  e.n_blocks = (e.seqlen_k + kBlockN - 1) / kBlockN;
+  e.band_lo = clamp_band(band.band_lo);
+  e.band_hi = clamp_band(band.band_hi);
+  e.deterministic = p.deterministic;
+  e.det_rotated = p.det_resident_key_tiles > 0 && det_rotates(e.m_blocks, e.n_blocks, p.det_resident_key_tiles);
+  e.q_offset = static_cast<int>(si.q_offset);
+  e.k_offset = static_cast<int>(si.k_offset);
+  e.packed_q = p.seq.cu_seqlens_q != nullptr;
+  e.packed_k = p.seq.cu_seqlens_k != nullptr;
+  return e;
+}
+
+// A packed launch sizes its grid for the longest entry: the key tile of launch position `launch` in entry e, or
+// e.n_blocks (past the entry's keys: an empty item, which writes nothing) where the entry has fewer tiles.
+template <bool kMasked>
+FLASH4_HD int entry_key_tile(const BwdSequence& e, int launch) {
+  return launch < e.n_blocks ? key_tile_of_launch<kMasked>(e, launch) : e.n_blocks;
+}
+
+// The Q tiles of key tile n_block of a dense launch or an entry; none past the entry's keys.
+template <class Tile, class Shape>
+FLASH4_HD QRange entry_q_range(const Shape& e, int n_block) {
+  if (n_block >= e.n_blocks) return {0, 0, 0};
+  return q_range<Tile>(e, n_block);
+}
+
+// Row of (entry b, head h)'s first query in the LSE / D / dQ-accumulator workspace: (b, h, seqlen_q) for a dense
+// batch, (h, total_q) when the queries are packed.
+template <class Shape>
+FLASH4_HD int64_t workspace_row0(const BwdParams& p, const Shape& e, int b, int h) {
+  const int64_t rows = e.packed_q ? p.seq.total_q : p.seqlen_q;
+  return (static_cast<int64_t>(e.packed_q ? 0 : b) * p.heads + h) * rows + e.q_offset;
 }
 
 }  // namespace flash4::sm90::bwd

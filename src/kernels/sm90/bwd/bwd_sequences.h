@@ -1,5 +1,6 @@
-// The GPU backward of packed (variable-length) and seqused batches: one dense backward per sequence
-// (api/sequence_split.h) on the Hopper kernels, which take dense batches only, and dsink over the packed rows.
+// The fallback GPU backward of packed (variable-length) and seqused batches that the wgmma kernels' packed
+// instantiation does not take (layouts TMA cannot describe, empty packed tensors: bwd_api.cu,
+// backward_packed_native): one dense backward per sequence (api/sequence_split.h) and dsink over the packed rows.
 // The sequence offsets are read on the host, which synchronizes the stream: such a backward cannot be captured in
 // a CUDA graph (refused with that reason while the stream is capturing).
 #pragma once

@@ -70,7 +70,9 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
                : "memory");
 }
 
-template <class Element, bool kMasked>
+// kPacked: a packed or seqused batch, each CTA in its own entry's lengths and band (bwd_schedule.h,
+// BwdSequence).
+template <class Element, bool kMasked, bool kPacked = false>
 struct BwdWgmmaHd256Kernel {
   using Tile = WgmmaTileHd256;
   static constexpr int kHeadDim = Tile::kHeadDim, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
@@ -108,15 +110,33 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int n_block = grid_n_block<kMasked>(P.p);  // deterministic order: bwd_schedule.h
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const QRange range = q_range<Tile>(P.p, n_block);
+    if constexpr (kPacked) {
+      run_item(P, s, warpgroup, entry_of<kBlockM, kBlockN>(P.p, b), hkv, b);
+    } else {
+      run_item(P, s, warpgroup, P.p, hkv, b);
+    }
+  }
+
+  // The CTA's item in batch entry `e` (the params themselves in a dense launch: bwd_schedule.h, BwdSequence).
+  template <class Entry>
+  static __device__ __forceinline__ void run_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup,
+                                                  const Entry& e, int hkv, int b) {
+    int n_block;  // deterministic order: bwd_schedule.h
+    QRange range;
+    if constexpr (kPacked) {
+      n_block = entry_key_tile<kMasked>(e, static_cast<int>(blockIdx.x));
+      range = entry_q_range<Tile>(e, n_block);
+    } else {
+      n_block = grid_n_block<kMasked>(P.p);
+      range = q_range<Tile>(P.p, n_block);
+    }
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce_tiles<BwdWgmmaHd256Kernel>(P, s, n_block, hkv, b, range);
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaHd256Kernel>(P, s, e, n_block, hkv, b, range);
     } else {
       setmaxnreg_inc<240>();
-      consume(P, s, warpgroup - 1, n_block, hkv, b, range);
+      consume(P, s, e, warpgroup - 1, n_block, hkv, b, range);
     }
   }
 
@@ -166,8 +186,9 @@ struct BwdWgmmaHd256Kernel {
 
   // dQ[:, col0 .. col0 + 127] of one tile (dS in s.ds[buf]) into the fp32 accumulator, in the deterministic order
   // when asked. Runs in both consumer warpgroups (wg = their role index, col0 = 128 wg).
-  static __device__ __forceinline__ void add_dq(const BwdParams& p, SharedStorage& s, int wg, int buf, int n_block,
-                                                int h, int b, int m_block, int m0, int& pending) {
+  template <class Entry>
+  static __device__ __forceinline__ void add_dq(const BwdParams& p, const Entry& e, SharedStorage& s, int wg, int buf,
+                                                int n_block, int h, int b, int m_block, int m0, int& pending) {
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int col0 = wg * kCols;
@@ -194,7 +215,7 @@ struct BwdWgmmaHd256Kernel {
       if (pending >= 0) release_dq(p, wg, pending);
       semaphore = (b * p.heads + h) * p.m_blocks + m_block;
       if (tid == 0) {
-        const int expected = releases_before<Tile, kMasked>(p, m_block, n_block, kConsumers);
+        const int expected = releases_before<Tile, kMasked>(e, m_block, n_block, kConsumers);
         while (ld_acquire_gpu(p.semaphores + semaphore) < expected) __nanosleep(64);
       }
       named_barrier_sync(kBarWg0 + wg, 128);  // our turn
@@ -217,7 +238,7 @@ struct BwdWgmmaHd256Kernel {
     const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
     const int col = col0 + 4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
     const int64_t row_stride = p.head_dim;
-    float* g_dq = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q) * row_stride + col;
+    float* g_dq = p.dq_accum + workspace_row0(p, e, b, h) * row_stride + col;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // Step 1, in place: afterwards segment c of this thread's row is acc_dq[a], [a + 1], [a + 4], [a + 5] with
@@ -255,9 +276,9 @@ struct BwdWgmmaHd256Kernel {
           odd_row[i] = odd_quad ? mine[i] : recv[i];
         }
         if (col + 32 * k >= p.head_dim) continue;
-        if (row_even < p.seqlen_q)
+        if (row_even < e.seqlen_q)
           red_add_v4(g_row + 32 * k, even_row[0], even_row[1], even_row[2], even_row[3]);
-        if (row_even + 1 < p.seqlen_q)
+        if (row_even + 1 < e.seqlen_q)
           red_add_v4(g_row + row_stride + 32 * k, odd_row[0], odd_row[1], odd_row[2], odd_row[3]);
       }
     }
@@ -266,9 +287,10 @@ struct BwdWgmmaHd256Kernel {
   }
 
   // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all 256 columns, dQ columns 0 .. 127.
-  template <bool kSoftcap>
-  static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
-                                                int b, QRange range, float (&acc_dv)[kHeadDim / 2]) {
+  template <bool kSoftcap, class Entry>
+  static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
+                                                int n_block, int hkv, int b, QRange range,
+                                                float (&acc_dv)[kHeadDim / 2]) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;
@@ -290,7 +312,7 @@ struct BwdWgmmaHd256Kernel {
       transposed_product(s.k, s.q[stage], acc_s);  // S^T = K Q^T
 
       // ---- P^T = exp2(score * log2e - LSE * log2e) in place; p_xchg gets P^T (x dtanh with softcap) ----
-      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(p, m0, n0);
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(e, m0, n0);
       float dscore[kSoftcap ? kBlockM / 2 : 1];
 #pragma unroll
       for (int jn = 0; jn < kBlockM / 8; ++jn) {
@@ -309,7 +331,7 @@ struct BwdWgmmaHd256Kernel {
           acc_s[i] = exp2f(score_log2 - ((e & 1) ? lse2.y : lse2.x));
         }
       }
-      if (need_mask) apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
+      if (need_mask) apply_mask<kBlockM, kMasked>(e, acc_s, key_row, m0, t);
 #pragma unroll
       for (int i = 0; i < kBlockM / 2; ++i) {
         if constexpr (kSoftcap) s.p_xchg[i][tid] = acc_s[i] * dscore[i];
@@ -328,7 +350,7 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);  // every consumer thread arrives (see bwd_wgmma_kernel.cuh)
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // the dP warpgroup has written dS (and read p_xchg)
-      add_dq(p, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0, pending);
+      add_dq(p, e, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
     if (pending >= 0) release_dq(p, kSWarpgroup, pending);
@@ -336,8 +358,10 @@ struct BwdWgmmaHd256Kernel {
 
   // The dP warpgroup: dP^T, dS^T (from the S warpgroup's P^T), dK over all 256 columns, dS to shared memory, dQ
   // columns 128 .. 255.
-  static __device__ __forceinline__ void dp_loop(const BwdWgmmaParams& P, SharedStorage& s, int n_block, int hkv,
-                                                 int b, QRange range, float (&acc_dk)[kHeadDim / 2]) {
+  template <class Entry>
+  static __device__ __forceinline__ void dp_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
+                                                 int n_block, int hkv, int b, QRange range,
+                                                 float (&acc_dk)[kHeadDim / 2]) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;
@@ -393,14 +417,15 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // both warpgroups: dS of this tile is written
-      add_dq(p, s, kDpWarpgroup, buf, n_block, h, b, m_block, m0, pending);
+      add_dq(p, e, s, kDpWarpgroup, buf, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
     if (pending >= 0) release_dq(p, kDpWarpgroup, pending);
   }
 
-  static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
-                                                 int hkv, int b, QRange range) {
+  template <class Entry>
+  static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e, int wg,
+                                                 int n_block, int hkv, int b, QRange range) {
     const BwdParams& p = P.p;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = (static_cast<int>(threadIdx.x) % 128) / 32;
     const int key_row = n_block * kBlockN + warp * 16 + lane / 4;
@@ -413,18 +438,18 @@ struct BwdWgmmaHd256Kernel {
     if (p.group * range.m_count > 0) {
       if (wg == kSWarpgroup) {
         // One loop per softcap case, so that each loop's registers hold only its own element-wise pass.
-        if (p.softcap > 0.0f) s_loop<true>(P, s, n_block, hkv, b, range, acc);
-        else s_loop<false>(P, s, n_block, hkv, b, range, acc);
+        if (p.softcap > 0.0f) s_loop<true>(P, s, e, n_block, hkv, b, range, acc);
+        else s_loop<false>(P, s, e, n_block, hkv, b, range, acc);
       } else {
-        dp_loop(P, s, n_block, hkv, b, range, acc);
+        dp_loop(P, s, e, n_block, hkv, b, range, acc);
       }
     }
 
     // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup), all 256 columns ----
     if (wg == kSWarpgroup) {
-      store_key_rows<Element, kHeadDim>(p, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, p.head_dim_v, lane % 4);
+      store_key_rows<Element, kHeadDim>(e, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, p.head_dim_v, lane % 4);
     } else {
-      store_key_rows<Element, kHeadDim>(p, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, p.head_dim,
+      store_key_rows<Element, kHeadDim>(e, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, p.head_dim,
                                         lane % 4);
     }
   }

@@ -73,7 +73,9 @@
 
 namespace flash4::sm90::bwd {
 
-template <class Element, int kHeadDim, bool kMasked, bool kPersistentCtas>
+// kPacked: a packed or seqused batch (BwdParams::seq), each work item in its own entry's lengths and band
+// (bwd_schedule.h, BwdSequence).
+template <class Element, int kHeadDim, bool kMasked, bool kPersistentCtas, bool kPacked = false>
 struct BwdWgmmaKernel {
   using Tile = WgmmaTile<kHeadDim>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
@@ -92,6 +94,24 @@ struct BwdWgmmaKernel {
   // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
   static constexpr bool kPersistent = kPersistentCtas;
   static constexpr int kItemReaders = kConsumers * 128 + kDqBuffers;  // consumer threads + dQ writer threads
+
+  // The batch entry b of a work item as the schedule asks it: the params themselves in a dense launch (every
+  // entry alike), the entry's BwdSequence in a packed one.
+  static __device__ __forceinline__ decltype(auto) entry(const BwdParams& p, int b) {
+    if constexpr (kPacked) return entry_of<kBlockM, kBlockN>(p, b);
+    else return (p);
+  }
+  // The key tile of launch position `launch` (the grid's x, or a persistent item's key step) and its Q tiles.
+  template <class Entry>
+  static __device__ __forceinline__ int key_tile(const Entry& e, int launch) {
+    if constexpr (kPacked) return entry_key_tile<kMasked>(e, launch);
+    else return key_tile_of_launch<kMasked>(e, launch);
+  }
+  template <class Entry>
+  static __device__ __forceinline__ QRange range_of(const Entry& e, int n_block) {
+    if constexpr (kPacked) return entry_q_range<Tile>(e, n_block);
+    else return q_range<Tile>(e, n_block);
+  }
 
 
   struct SharedStorage {
@@ -164,23 +184,24 @@ struct BwdWgmmaKernel {
   // One CTA per work item, the item from the grid position (deterministic order: bwd_schedule.h): each role runs
   // its item function once, with fresh pipeline state (no item loop: ptxas keeps the per-item values in registers).
   static __device__ __forceinline__ void run_one_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup) {
-    const int n_block = grid_n_block<kMasked>(P.p);
     const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    const QRange range = q_range<Tile>(P.p, n_block);
+    const auto& e = entry(P.p, b);
+    const int n_block = key_tile(e, static_cast<int>(blockIdx.x));
+    const QRange range = range_of(e, n_block);
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, n_block, hkv, b, range);
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, e, n_block, hkv, b, range);
       else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
-        write_dq_item(P, s, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b, range, 0);
+        write_dq_item(P, s, e, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b, range, 0);
     } else {
       setmaxnreg_inc<240>();
       PipelineState<kStages> st;
       PipelineState<kDqBuffers> dq_buf;
       uint32_t kv_loads = 0;
       if (P.p.softcap > 0.0f) {
-        consume_item<true>(P, s, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+        consume_item<true>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
       } else {
-        consume_item<false>(P, s, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+        consume_item<false>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
       }
     }
   }
@@ -202,8 +223,9 @@ struct BwdWgmmaKernel {
       slot.advance();
       if (w >= work.total) break;
       const BwdWork item = work_item<kMasked>(P.p, w);
-      produce_item<BwdWgmmaKernel>(P, s, item.n_block, item.hkv, item.b, q_range<Tile>(P.p, item.n_block), ring,
-                                   kv_loads);
+      const auto& e = entry(P.p, item.b);
+      const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;  // persistent: the key step itself
+      produce_item<BwdWgmmaKernel>(P, s, e, n_block, item.hkv, item.b, range_of(e, n_block), ring, kv_loads);
       int next = work.total;
       if (lane == 0) next = claim_next_item(P.p);
       w = __shfl_sync(0xffffffffu, next, 0);
@@ -233,13 +255,16 @@ struct BwdWgmmaKernel {
     PipelineState<2> slot;
     for (int w = next_item(s, slot); w < work.total; w = next_item(s, slot)) {
       const BwdWork item = work_item<kMasked>(P.p, w);
-      const QRange range = q_range<Tile>(P.p, item.n_block);
-      write_dq_item(P, s, writer, item.n_block, item.hkv, item.b, range, tiles_before);
+      const auto& e = entry(P.p, item.b);
+      const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
+      const QRange range = range_of(e, n_block);
+      write_dq_item(P, s, e, writer, n_block, item.hkv, item.b, range, tiles_before);
       tiles_before += static_cast<uint32_t>(P.p.group * range.m_count);
     }
   }
-  static __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, SharedStorage& s, int writer,
-                                                       int n_block, int hkv, int b, QRange range,
+  template <class Entry>
+  static __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
+                                                       int writer, int n_block, int hkv, int b, QRange range,
                                                        uint32_t tiles_before) {
     const BwdParams& p = P.p;
     constexpr bool kSplitRows = Tile::kDqSplitRows;
@@ -254,7 +279,7 @@ struct BwdWgmmaKernel {
       if (p.deterministic) {
         semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
         // Each visible (Q tile, earlier n_block) contributes one release per consumer warpgroup.
-        const int expected = releases_before<Tile, kMasked>(p, m_block, n_block, kConsumers);
+        const int expected = releases_before<Tile, kMasked>(e, m_block, n_block, kConsumers);
         while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
         fence_async_global();  // the acquired additions -> our TMA additions
       }
@@ -268,7 +293,8 @@ struct BwdWgmmaKernel {
           // A half wholly past q's true head dim (d = 96 on this d = 128 kernel: columns 96 .. 127, zeros from
           // K's padded columns) is not sent; a partial one is clipped by the map's width (head_dims.h).
           if (col0 + 32 * half < p.head_dim)
-            tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, row0, h, b, piece + half * (64 * 128));
+            tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, e.q_offset + row0, h, e.packed_q ? 0 : b,
+                               piece + half * (64 * 128));
         }
         tma::store_commit();
       }
@@ -286,7 +312,8 @@ struct BwdWgmmaKernel {
 
   // Without softcap P^T and dS^T are two passes, so that the exps run while dP^T is still on the tensor cores:
   // P^T in place in acc_s ...
-  static __device__ __forceinline__ void probs(const BwdParams& p, const SharedStorage& s, int stage,
+  template <class Entry>
+  static __device__ __forceinline__ void probs(const BwdParams& p, const Entry& e, const SharedStorage& s, int stage,
                                                float (&acc_s)[kBlockM / 2], bool need_mask, int key_row, int m0, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
@@ -297,7 +324,7 @@ struct BwdWgmmaKernel {
         acc_s[i] = exp2f(acc_s[i] * p.log2_scale - ((e & 1) ? lse2.y : lse2.x));
       }
     }
-    if (need_mask) apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
+    if (need_mask) apply_mask<kBlockM, kMasked>(e, acc_s, key_row, m0, t);
   }
 
   // ... and, once dP^T is in, dS^T = P^T (dP^T - D) in place in acc_dp, with P^T read back from the 16-bit A
@@ -327,12 +354,14 @@ struct BwdWgmmaKernel {
     PipelineState<2> slot;
     for (int w = next_item(s, slot); w < work.total; w = next_item(s, slot)) {
       const BwdWork item = work_item<kMasked>(P.p, w);
-      consume_item<kSoftcap>(P, s, wg, item.n_block, item.hkv, item.b, q_range<Tile>(P.p, item.n_block), st, dq_buf,
-                             kv_loads);
+      const auto& e = entry(P.p, item.b);
+      const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
+      consume_item<kSoftcap>(P, s, e, wg, n_block, item.hkv, item.b, range_of(e, n_block), st, dq_buf, kv_loads);
     }
   }
-  template <bool kSoftcap>
-  static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, int wg, int n_block,
+  template <bool kSoftcap, class Entry>
+  static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
+                                                      int wg, int n_block,
                                                       int hkv, int b, QRange range, PipelineState<kStages>& st,
                                                       PipelineState<kDqBuffers>& dq_buf, uint32_t& kv_loads) {
     const BwdParams& p = P.p;
@@ -411,7 +440,7 @@ struct BwdWgmmaKernel {
       wgmma::commit_group();
 
       // ---- P^T and dS^T in place; masks only where the tile is cut by the band or the key tail ----
-      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(p, m0, n0);
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(e, m0, n0);
       uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];  // A fragments of dV, dK (k = queries)
       // dV += P^T dO: 64 keys x d, k = kBlockM queries; B MN-major.
       auto issue_dv = [&] {
@@ -427,7 +456,7 @@ struct BwdWgmmaKernel {
       if constexpr (!kSoftcap) {
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
-        probs(p, s, stage, acc_s, need_mask, key_row, m0, t);
+        probs(p, e, s, stage, acc_s, need_mask, key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
         issue_dv();
         wgmma::wait_group<1>();  // dP^T is in (dV may still run)
@@ -439,8 +468,8 @@ struct BwdWgmmaKernel {
         wgmma::fence_operand(acc_dp);
         // One fused pass after both matmuls (with softcap dS^T also needs each element's tanh derivative, which
         // would otherwise stay in registers across the dP^T wait).
-        probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
-                                                  key_row, m0, t);
+        probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, e, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
+                                                      key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
         issue_dv();
       }
@@ -513,7 +542,7 @@ struct BwdWgmmaKernel {
     }
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
-    store_dk_dv<Element, kHeadDim>(p, acc_dk, acc_dv, b, hkv, key_row, 0, t);
+    store_dk_dv<Element, kHeadDim>(p, e, acc_dk, acc_dv, b, hkv, key_row, 0, t);
   }
 };
 

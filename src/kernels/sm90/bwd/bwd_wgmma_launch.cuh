@@ -31,4 +31,23 @@ void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream
   }
 }
 
+// The same for a packed or seqused batch (BwdParams::seq; the grid sized by the longest entry): the kPacked
+// kernels. Instantiated in its own generated translation unit.
+template <class Element, int kHeadDim>
+void launch_bwd_wgmma_packed(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
+  if constexpr (kHeadDim == 256) {
+    bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaHd256Kernel<Element, true, true>,
+                                 bwd::BwdWgmmaHd256Kernel<Element, false, true>>(params, masked, stream);
+  } else {
+    if (params.p.work_counter != nullptr) {
+      bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true, true, true>,
+                                   bwd::BwdWgmmaKernel<Element, kHeadDim, false, true, true>>(params, masked, stream);
+    } else {
+      bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaKernel<Element, kHeadDim, true, false, true>,
+                                   bwd::BwdWgmmaKernel<Element, kHeadDim, false, false, true>>(params, masked,
+                                                                                              stream);
+    }
+  }
+}
+
 }  // namespace flash4::sm90

@@ -31,10 +31,12 @@ __device__ __forceinline__ void init_producer_barriers(Storage& s) {
 // constants and its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
 // `ring` and `kv_loads` carry over from the CTA's previous item (a persistent CTA): with Kernel::kPersistent, K and
 // V are loaded again only once the consumers have released the previous ones (kv_empty), while the ring already
-// takes the new item's first Q tiles.
-template <class Kernel, class Storage>
-__device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
-                                             QRange range, PipelineState<Kernel::kStages>& ring, uint32_t& kv_loads) {
+// takes the new item's first Q tiles. `e`: the item's batch entry (BwdParams itself in a dense launch, its
+// BwdSequence in a packed one: rows from its offsets, LSE / D valid for its own queries).
+template <class Kernel, class Storage, class Entry>
+__device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s, const Entry& e, int n_block,
+                                             int hkv, int b, QRange range, PipelineState<Kernel::kStages>& ring,
+                                             uint32_t& kv_loads) {
   constexpr int kChunks = Kernel::kChunks, kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
   constexpr uint32_t kKVBytes = Kernel::kKVBytes, kQBytes = Kernel::kQBytes;
   const BwdParams& p = P.p;
@@ -49,8 +51,9 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
     mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
-      tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, n_block * kBlockN, hkv, b, &s.kv_full);
+      const int key0 = e.k_offset + n_block * kBlockN, kb = e.packed_k ? 0 : b;
+      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, key0, hkv, kb, &s.kv_full);
+      tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, key0, hkv, kb, &s.kv_full);
     }
   };
   if (lane == 0 && kv_loads == 0) {
@@ -67,15 +70,16 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
       mbarrier::arrive_expect_tx(&s.full[ring.stage], 2 * kQBytes);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
-        tma::load_4d(&s.q[ring.stage][c][0][0], &P.tma_q, c * 64, m0, h, b, &s.full[ring.stage]);
-        tma::load_4d(&s.dout[ring.stage][c][0][0], &P.tma_do, c * 64, m0, h, b, &s.full[ring.stage]);
+        const int row = e.q_offset + m0, qb = e.packed_q ? 0 : b;
+        tma::load_4d(&s.q[ring.stage][c][0][0], &P.tma_q, c * 64, row, h, qb, &s.full[ring.stage]);
+        tma::load_4d(&s.dout[ring.stage][c][0][0], &P.tma_do, c * 64, row, h, qb, &s.full[ring.stage]);
       }
     }
-    const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
+    const int64_t row0 = workspace_row0(p, e, b, h);
 #pragma unroll
     for (int r = lane; r < kBlockM; r += 32) {
       const int i = m0 + r;
-      const bool valid = i < p.seqlen_q;
+      const bool valid = i < e.seqlen_q;
       s.lse[ring.stage][r] = valid ? p.lse_log2[row0 + i] : __int_as_float(0x7f800000);
       s.dsum[ring.stage][r] = valid ? p.dsum[row0 + i] : 0.0f;
     }
@@ -96,12 +100,12 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
 }
 
 // One CTA, one work item (a kernel without kPersistent).
-template <class Kernel, class Storage>
-__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, int n_block, int hkv, int b,
-                                              QRange range) {
+template <class Kernel, class Storage, class Entry>
+__device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, const Entry& e, int n_block,
+                                              int hkv, int b, QRange range) {
   PipelineState<Kernel::kStages> ring;
   uint32_t kv_loads = 0;
-  produce_item<Kernel>(P, s, n_block, hkv, b, range, ring, kv_loads);
+  produce_item<Kernel>(P, s, e, n_block, hkv, b, range, ring, kv_loads);
 }
 
 }  // namespace flash4::sm90::bwd

@@ -13,8 +13,9 @@ namespace flash4::sm90::bwd {
 // cuts (one branch per tile, tile_needs_mask): a per-element `if (need_mask)` around the exps compiled to two
 // branches per element on every tile, which slowed the masked kernel. A select, not a product, so a
 // hidden element's overflowed exp (inf, or NaN in dS) becomes 0 too.
-template <int kBlockM, bool kMasked>
-__device__ __forceinline__ void apply_mask(const BwdParams& p, float (&acc)[kBlockM / 2], int key_row, int m0, int t) {
+// `p`: the launch's BwdParams, or the item's entry in a packed launch (bwd_schedule.h, BwdSequence).
+template <int kBlockM, bool kMasked, class Shape>
+__device__ __forceinline__ void apply_mask(const Shape& p, float (&acc)[kBlockM / 2], int key_row, int m0, int t) {
   // j - q of element i is (key_row - m0 - 2 t) + c_i with c_i = 8 ((i / 2) % 2) - 8 (i / 4) - i % 2 a constant:
   // the band test becomes two compares of an immediate against per-tile bounds.
   // The bounds in 64 bits, clamped to +-2^20 (|c_i| < kBlockM + 8): band_lo - diff0 can leave int32.
@@ -34,8 +35,9 @@ __device__ __forceinline__ void apply_mask(const BwdParams& p, float (&acc)[kBlo
 // One pass: P^T = exp2(score * log2e - LSE * log2e) into acc_s and dS^T = P^T (dP^T - D) [* (1 - tanh^2) with
 // softcap, score = cap tanh(S scale / cap)] into acc_dp, in place (lse_log2 / dsum: the Q tile's kBlockM rows);
 // then, on tiles the mask cuts, both masked.
-template <int kBlockM, bool kMasked, bool kSoftcap>
-__device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const float* lse_log2, const float* dsum,
+template <int kBlockM, bool kMasked, bool kSoftcap, class Entry>
+__device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const Entry& e, const float* lse_log2,
+                                                  const float* dsum,
                                                   float (&acc_s)[kBlockM / 2], float (&acc_dp)[kBlockM / 2],
                                                   bool need_mask, int key_row, int m0, int t) {
 #pragma unroll
@@ -60,8 +62,8 @@ __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const floa
     }
   }
   if (need_mask) {
-    apply_mask<kBlockM, kMasked>(p, acc_s, key_row, m0, t);
-    apply_mask<kBlockM, kMasked>(p, acc_dp, key_row, m0, t);
+    apply_mask<kBlockM, kMasked>(e, acc_s, key_row, m0, t);
+    apply_mask<kBlockM, kMasked>(e, acc_dp, key_row, m0, t);
   }
 }
 
@@ -79,26 +81,28 @@ __device__ __forceinline__ void to_a_fragments(const float (&acc)[kBlockM / 2], 
 // element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)), times `scale`, written once
 // from registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k and columns past the tensor's true
 // width `width` (a zero-padded head dim, head_dims.h; a multiple of 8, so 8-column blocks are whole) are skipped.
-template <class Element, int kCols>
-__device__ __forceinline__ void store_key_rows(const BwdParams& p, void* base, const BshdStrides& stride,
+// Keys are counted in entry e (BwdParams itself in a dense launch), whose rows start at e.k_offset.
+template <class Element, int kCols, class Entry>
+__device__ __forceinline__ void store_key_rows(const Entry& e, void* base, const BshdStrides& stride,
                                                const float (&acc)[kCols / 2], float scale, int b, int hkv,
                                                int key_row, int col0, int width, int t) {
-  Element* g = static_cast<Element*>(base) + b * stride.batch + hkv * stride.head + col0 + 2 * t;
+  Element* g = static_cast<Element*>(base) + (e.packed_k ? 0 : b) * stride.batch + hkv * stride.head + col0 + 2 * t;
 #pragma unroll
   for (int i = 0; i < kCols / 2; i += 2) {
     const int j = key_row + 8 * ((i / 2) % 2);
-    if (j >= p.seqlen_k || col0 + 8 * (i / 4) >= width) continue;
-    *reinterpret_cast<uint32_t*>(g + j * stride.seq + 8 * (i / 4)) = pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
+    if (j >= e.seqlen_k || col0 + 8 * (i / 4) >= width) continue;
+    *reinterpret_cast<uint32_t*>(g + (e.k_offset + j) * stride.seq + 8 * (i / 4)) =
+        pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
   }
 }
 
 // dK = softmax_scale * acc_dk and dV = acc_dv (store_key_rows).
-template <class Element, int kCols>
-__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&acc_dk)[kCols / 2],
+template <class Element, int kCols, class Entry>
+__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const Entry& e, const float (&acc_dk)[kCols / 2],
                                             const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
                                             int t) {
-  store_key_rows<Element, kCols>(p, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, p.head_dim, t);
-  store_key_rows<Element, kCols>(p, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, p.head_dim_v, t);
+  store_key_rows<Element, kCols>(e, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, p.head_dim, t);
+  store_key_rows<Element, kCols>(e, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, p.head_dim_v, t);
 }
 
 }  // namespace flash4::sm90::bwd

@@ -87,6 +87,25 @@ void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Proble
   FLASH4_CUDA_CHECK_LAUNCH();
 }
 
+void launch_zero_uncovered_key_rows(const TensorView& t, const detail::Problem& p, cudaStream_t stream) {
+  const int64_t ctas = p.batch + (p.varlen() ? 1 : 0);
+  if (ctas == 0 || p.heads_kv == 0) return;
+  // The keys' layout in the queries' fields, which clear_uncovered_rows reads.
+  const detail::SequenceLayout q = p.layout();
+  detail::SequenceLayout keys = q;
+  keys.seqlen_q = q.seqlen_k;
+  keys.total_q = q.total_k;
+  keys.cu_seqlens_q = q.cu_seqlens_k;
+  keys.seqused_q = q.seqused_k;
+  keys.seqlen_k = q.seqlen_q;
+  keys.total_k = q.total_q;
+  keys.cu_seqlens_k = q.cu_seqlens_q;
+  keys.seqused_k = q.seqused_q;
+  clear_uncovered_rows<<<static_cast<unsigned>(ctas), 128, 0, stream>>>(rows_view(t), LseView{nullptr, 0, 0}, nullptr,
+                                                                         keys, p.batch, p.heads_kv);
+  FLASH4_CUDA_CHECK_LAUNCH();
+}
+
 void launch_zero_rows(const TensorView& t, cudaStream_t stream) {
   const int64_t batch = t.rank == 3 ? 1 : t.shape[0], seqlen = t.rank == 3 ? t.shape[0] : t.shape[1];
   const int64_t heads = t.rank == 3 ? t.shape[1] : t.shape[2];

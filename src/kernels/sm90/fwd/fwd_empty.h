@@ -16,5 +16,9 @@ void launch_forward_uncovered_rows(const ForwardArgs& args, const detail::Proble
 // Zeroes every row of a 16-bit attention tensor, (batch, seqlen, heads, head_dim) or packed (total, heads,
 // head_dim), any strides (the packed GPU backward clears its gradients with it).
 void launch_zero_rows(const TensorView& t, cudaStream_t stream);
+// Zeroes the key rows of a packed or seqused batch that take part in no sequence (past seqused_k, past
+// cu_seqlens_k[batch]) of a (batch, seqlen_k, heads_kv, d) or (total_k, heads_kv, d) tensor: the backward's dK, dV
+// there.
+void launch_zero_uncovered_key_rows(const TensorView& t, const detail::Problem& p, cudaStream_t stream);
 
 }  // namespace flash4::sm90
