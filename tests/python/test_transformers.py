@@ -153,3 +153,72 @@ def test_gpt_oss_sinks_and_sliding_window_match_eager(device):
     for a, b in zip(results[1][1], results[0][1]):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
     assert all(s.grad is not None and s.grad.abs().sum() > 0 for s in sinks)
+
+
+GPU = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9),
+                         reason="needs a Hopper (sm_90) GPU")
+
+
+def gpu_llama_triplet():
+    """The fp32 model with SDPA (the judge) and bf16 copies of its weights with flash4 and with SDPA. head_dim 64:
+    the GPU kernels run bf16 / fp16 with head dims 64..256."""
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                      max_position_embeddings=1024, attention_dropout=0.0)
+    torch.manual_seed(0)
+    judge = transformers.LlamaForCausalLM(config)
+    judge.set_attn_implementation("sdpa")
+    judge = judge.to(device="cuda", dtype=torch.float32)
+    copies = []
+    for implementation in (f4hf.register(), "sdpa"):
+        model = transformers.LlamaForCausalLM(config)
+        model.set_attn_implementation(implementation)
+        model.load_state_dict(judge.state_dict())
+        copies.append(model.to(device="cuda", dtype=torch.bfloat16))
+    return judge, copies[0], copies[1]
+
+
+def relative_error(x, reference):
+    return ((x.float() - reference).norm() / reference.norm()).item()
+
+
+def assert_as_close_as_sdpa(ours, sdpa, reference, what):
+    """flash4's bf16 result is within twice bf16 SDPA's distance from the fp32 result, plus bf16's unit roundoff
+    (a wrong mask or a dropped sequence is off by O(1))."""
+    e_ours, e_sdpa = relative_error(ours, reference), relative_error(sdpa, reference)
+    assert e_ours <= 2 * e_sdpa + 2.0 ** -8, f"{what}: flash4 {e_ours:.3g}, SDPA {e_sdpa:.3g} from fp32"
+
+
+@GPU
+def test_gpu_bf16_logits_padded_and_packed_as_close_as_sdpa():
+    judge, ours, sdpa = gpu_llama_triplet()
+    ids = torch.randint(0, 97, (2, 300), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1, 211:] = 0  # right padding
+    with torch.no_grad():
+        reference = judge(ids, attention_mask=mask).logits
+        keep = mask.bool()
+        assert_as_close_as_sdpa(ours(ids, attention_mask=mask).logits[keep], sdpa(ids, attention_mask=mask).logits[keep],
+                                reference[keep], "padded logits")
+        # Padding-free packing through the varlen path: each document's logits as on its own.
+        lengths = [100, 1, 37, 257]
+        docs = [torch.randint(0, 97, (n,), device="cuda") for n in lengths]
+        position_ids = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]
+        packed = ours(torch.cat(docs)[None], position_ids=position_ids).logits[0]
+        at = 0
+        for doc in docs:
+            alone = judge(doc[None]).logits[0]
+            assert_as_close_as_sdpa(packed[at:at + doc.numel()], sdpa(doc[None]).logits[0], alone,
+                                    f"packed logits, document of {doc.numel()}")
+            at += doc.numel()
+
+
+@GPU
+def test_gpu_bf16_training_step_gradients_as_close_as_sdpa():
+    judge, ours, sdpa = gpu_llama_triplet()
+    ids = torch.randint(0, 97, (2, 257), device="cuda")
+    for model in (judge, ours, sdpa):
+        model.train()
+        model(ids, labels=ids).loss.backward()
+    for (name, g), a, b in zip(judge.named_parameters(), ours.parameters(), sdpa.parameters()):
+        assert_as_close_as_sdpa(a.grad, b.grad, g.grad, name)

@@ -350,24 +350,23 @@ def test_varlen_errors():
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
 def test_cuda_graph_capture_varlen_forward_and_backward():
-    """A packed forward and backward with a sink captured in a CUDA graph and replayed give the eager results: the
-    packed GPU kernels read the sequence offsets on the device, with no host synchronisation. Deterministic mode,
-    so the replayed gradients equal the eager ones bit for bit."""
+    """The packed forward and backward ops (torch.ops.flash4.fwd / bwd) with a sink, captured in a CUDA graph and
+    replayed, give the eager results: the packed GPU kernels read the sequence offsets on the device, with no host
+    synchronisation. Deterministic mode, so the replayed gradients equal the eager ones bit for bit."""
     torch.manual_seed(0)
     lens = [100, 1, 257]
-    q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    sink = torch.randn(4, device="cuda", requires_grad=True)
+    q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16)
+    dout = torch.randn_like(q)
+    sink = torch.randn(4, device="cuda")
     cu = offsets(lens, "cuda")
-
-    def forward():
-        return flash4.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, learnable_sink=sink,
-                                             deterministic=True)
+    seq = (cu, cu, None, None, max(lens), max(lens), sink)
+    scale = 64 ** -0.5
 
     def step():
-        out = forward()
-        return (out,) + torch.autograd.grad(out.float().square().sum(), (q, k, v, sink))
+        out, lse = torch.ops.flash4.fwd(q, k, v, scale, True, -1, -1, 0.0, True, *seq)
+        return (out,) + tuple(torch.ops.flash4.bwd(dout, q, k, v, out, lse, scale, True, -1, -1, 0.0, True, *seq))
 
     eager = [t.clone() for t in step()]
     stream = torch.cuda.Stream()
