@@ -3,6 +3,7 @@
 // fp64 model of tests/common/kvcache_case.h (decode, speculative and chunked queries, GQA / MQA, odd and mixed
 // cache lengths, append with rotary, masks, sink), paged vs contiguous bit for bit, append-then-attend vs attend,
 // split counts 1..64, clamped device-resident indices, CUDA-graph capture, and the dense forward's decode route.
+#include <cstdio>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -111,6 +112,8 @@ TEST(KvCacheGpu, PolicyOnDeviceMatchesHost) {
 // build did not compile are skipped with the reason.
 void run_case(const KvCaseSpec& spec) {
   SCOPED_TRACE(spec.name());
+  std::printf("[ case     ] %s\n", spec.name().c_str());  // names the case a hang or crash stopped in
+  std::fflush(stdout);
   FLASH4_TEST_RNG(rng);
   KvCacheCase c(spec, rng);
   DeviceKvCall call(c);
@@ -160,6 +163,41 @@ TEST(KvCacheGpu, SpeculativeAndChunked) {
     s.causal = true;
     s.page_size = 256;
   }));
+}
+
+// Many query rows per KV head (chunked prefill: more than 16 queries or 64 rows per KV head) run the dense
+// forward kernel over the cache (fwd_kvcache.h): contiguous (cache_batch_idx, a scalar length) and paged caches
+// whose pages hold whole K/V tiles, pages of 16 / 64 (the decode kernel's), appends with rotary, masks, softcap
+// and the sink, cache lengths 0 and 1, every head dim and both dtypes. The caches hold NaN past each sequence's
+// keys, so a read of an unwritten row (or a P V over one) poisons the output.
+TEST(KvCacheGpu, PrefillRunsTheDenseKernel) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256})
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      run_case(with(spec(3, 77, 8, 2, {0, 1, 1000}, d, dtype), [](KvCaseSpec& s) { s.causal = true; }));
+      run_case(with(spec(2, 33, 4, 4, {4097, 129}, d, dtype), [](KvCaseSpec& s) { s.page_size = 256; }));
+    }
+  run_case(with(spec(3, 200, 8, 1, {333, 0, 2048}), [](KvCaseSpec& s) {  // GQA 8:1, shuffled cache rows
+    s.cache_batch_idx = true;
+    s.seqlen_new = 45;
+    s.rotary = Rotary::kNeox;
+    s.causal = true;
+  }));
+  for (int64_t page : {16, 64, 128, 512})
+    run_case(with(spec(2, 130, 4, 2, {700, 9}), [&](KvCaseSpec& s) {
+      s.page_size = page;
+      s.seqlen_new = 17;
+      s.rotary = Rotary::kInterleaved;
+      s.window_left = 100;
+      s.window_right = 0;
+    }));
+  run_case(with(spec(2, 64, 8, 2, {300, 300}, 128, DType::kFloat16), [](KvCaseSpec& s) {
+    s.scalar_length = true;
+    s.softcap = 30.0f;
+    s.sink = true;
+    s.page_size = 128;
+  }));
+  run_case(with(spec(2, 24, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
 }
 
 // Window, softcap and the learnable sink, contiguous (with cache_batch_idx and a scalar length) and paged.

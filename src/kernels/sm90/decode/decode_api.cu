@@ -19,6 +19,7 @@
 #include "kernels/sm90/decode/decode_config.h"
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/decode/decode_launch.h"
+#include "kernels/sm90/fwd/fwd_kvcache.h"
 #include "kernels/sm90/head_dims.h"
 #include "kernels/sm_count.h"
 #include "kernels/stream_workspace.h"
@@ -191,6 +192,7 @@ void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream 
     sm90::decode::launch_append(ap, a.q.dtype, s);
   }
   if (a.out.numel() == 0) return;
+  if (kvcache_dense_route(a, p)) return kvcache_dense_forward(p, a, q, s);  // many rows per KV head
   run_attention(p, q, a.k_cache, a.v_cache, a.out, a.lse, s);
 }
 

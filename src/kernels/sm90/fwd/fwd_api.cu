@@ -16,9 +16,11 @@
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_empty.h"
+#include "kernels/sm90/fwd/fwd_kvcache.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 #include "kernels/sm90/head_dims.h"
+#include "kernels/stream_workspace.h"
 
 namespace flash4::sm90 {
 // Defined in fwd_launch.cuh and instantiated in the generated translation units.
@@ -158,6 +160,7 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const
   params.seq = p.layout();
   params.mask = p.mask();
   params.score = p.score_transform();
+  params.clear_key_tail = p.seqused_k != nullptr || p.varlen();  // rows past a sequence may hold anything
   params.conditional_rescale = args.tuning.conditional_rescale;
   params.exp2_poly = args.tuning.exp2 != Exp2Mode::kExact;
   return params;
@@ -178,6 +181,78 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const int width = kernel_head_dim(p.head_dim, p.head_dim_v);  // head_dims.h: 96 runs on 128, 192 on 256
 #define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
   if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && width == D && masked == M) \
+    return launch_forward<T, D, M>(params, launch, s);
+  FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
+#undef FLASH4_LAUNCH_FWD
+  throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
+}
+
+namespace {
+
+// Keys each sequence of a KV-cache call attends to (its cache length plus the appended keys), for the dense
+// kernel's layout (seqused_k).
+__global__ void kvcache_lengths_kernel(KvCacheProblem kv, int* lengths) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < kv.attention.batch;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    lengths[b] = static_cast<int>(kv.seqlen_k(b));
+}
+
+// Rows per TMA box of a cache: one K/V tile, which must lie in one cache row (contiguous) or one page (a page
+// size that is a multiple of the tile and a power of two: the producer shifts by it). 0: the dense kernel cannot
+// read this cache (smaller pages stay on the decode kernel, which gathers rows).
+int cache_rows_per_load(const KvCacheProblem& p, int block_n) {
+  if (!p.paged) return block_n;
+  if (p.page_shift >= 0 && p.page_size % block_n == 0) return block_n;
+  return 0;
+}
+
+bool tma_rows(const TensorView& t) { return t.data == nullptr || tma_compatible(t); }
+
+}  // namespace
+
+bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
+  if (s.seqlen_q <= 16 && s.seqlen_q * s.group() <= 64) return false;  // the decode kernel's rows
+  if (s.split_head_dims() || sm90::kernel_head_dim(s.head_dim, s.head_dim_v) != s.head_dim) return false;
+  if (p.capacity <= 0 || p.capacity >= (int64_t{1} << 31) || s.batch > 65535 || s.heads > 65535) return false;
+  if (!compiled_fwd_for(a.q.dtype, static_cast<int>(s.head_dim), s.has_mask())) return false;
+  if (cache_rows_per_load(p, choose_fwd_launch(s).tile.block_n) == 0) return false;
+  return tma_rows(a.q) && tma_rows(a.k_cache) && tma_rows(a.v_cache) && tma_rows(a.out);
+}
+
+void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const TensorView& q, cudaStream_t s) {
+  using namespace flash4::sm90;
+  Problem p = kv.attention;
+  p.seqlen_k = kv.capacity;
+  p.total_k = p.batch * kv.capacity;
+  StreamWorkspace lengths(std::max<size_t>(static_cast<size_t>(p.batch) * sizeof(int), 256), s);
+  kvcache_lengths_kernel<<<static_cast<unsigned>((p.batch + 255) / 256), 256, 0, s>>>(
+      kv, reinterpret_cast<int*>(lengths.data()));
+  FLASH4_CUDA_CHECK_LAUNCH();
+  p.seqused_k = reinterpret_cast<const int*>(lengths.data());
+
+  ForwardArgs fa;
+  fa.q = q;
+  fa.k = a.k_cache;
+  fa.v = a.v_cache;
+  fa.out = a.out;
+  fa.lse = a.lse;
+  const FwdLaunchConfig launch = choose_fwd_launch(p);
+  FwdParams params = make_fwd_params(fa, p, launch.tile);
+  // The caches as (slots, rows, heads_kv, d), one box per cache row run or page (cache_rows_per_load).
+  const int rows = cache_rows_per_load(kv, launch.tile.block_n);
+  const TensorView &k = a.k_cache, &v = a.v_cache;
+  params.tma_k = make_tensor_map_bshd(k.data, k.shape[0], k.shape[1], p.heads_kv, p.head_dim, k.stride[0],
+                                      k.stride[1], k.stride[2], rows);
+  params.tma_v = make_tensor_map_bshd(v.data, v.shape[0], v.shape[1], p.heads_kv, p.head_dim_v, v.stride[0],
+                                      v.stride[1], v.stride[2], rows);
+  params.kv_cache = true;
+  params.kv_rows_per_load = rows;
+  params.kv = kv;
+  params.clear_key_tail = true;  // a cache's rows past a sequence's length hold anything
+  const bool masked = p.has_mask();
+#define FLASH4_LAUNCH_FWD(T, D, M)                                                                          \
+  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
     return launch_forward<T, D, M>(params, launch, s);
   FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
 #undef FLASH4_LAUNCH_FWD

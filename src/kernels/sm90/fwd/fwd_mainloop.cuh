@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "hw/sm90/fence.cuh"
 #include "hw/sm90/mbarrier.cuh"
 #include "hw/sm90/named_barrier.cuh"
 #include "hw/sm90/pipeline_state.cuh"
@@ -137,17 +138,38 @@ struct FwdMainloop {
     release(&s.v_empty[st_pv.stage], lane);
   }
 
+  // Keys past an entry's end inside its last K/V tile can be rows of the caller's tensors that belong to no
+  // sequence (past seqused_k, a KV cache's unwritten rows): any bits, NaN included. S hides them by a select, but
+  // P V multiplies them by P = 0, and 0 * NaN is NaN. So where such rows can occur (p.clear_key_tail) the
+  // consumers zero V(st)'s rows from `valid_rows` on before reading it. Every consumer warpgroup writes the
+  // same zeros, so none can read anything else once its own are written; the barrier orders its 128 threads'
+  // stores (made visible to wgmma's async proxy by the fence) before its P V.
+  static __device__ __forceinline__ void clear_v_tail(SharedStorage& s, const Ring& st, int wg, int valid_rows) {
+    mbarrier::wait(&s.v_full[st.stage], st.phase);  // TMA has written the tile
+    const int unit = threadIdx.x % 8;  // 16-byte unit of a 128-byte chunk row; 16 rows per pass
+    for (int row = max(valid_rows, 0) + static_cast<int>(threadIdx.x % 128) / 8; row < kBlockN; row += 16) {
+#pragma unroll
+      for (int c = 0; c < Traits::kChunks; ++c)
+        reinterpret_cast<uint4*>(&s.v[st.stage][c][row][0])[unit] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    fence_async_shared();
+    named_barrier_sync(barrier_id(NamedBarrier::kConsumerWg0, wg), 128);
+  }
+
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
   // The rows' key windows are computed inside the masked branch (kept live across the loop they made ptxas
   // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns:
   // kept in registers where that measured faster (Traits::kKeepBand), else recomputed from the parameters.
-  template <class BandOf>
+  // `clear_tail(valid_rows)` zeroes the tile's V rows past the entry's keys (clear_v_tail), where they can hold
+  // anything.
+  template <class BandOf, class ClearTail>
   static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
-                                                      const TileKeys& keys, BandOf&& band_of, int n, int row0,
-                                                      float (&factor)[2], int lane) {
+                                                      const TileKeys& keys, BandOf&& band_of, ClearTail&& clear_tail,
+                                                      int n, int row0, float (&factor)[2], int lane) {
     if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
     if (keys.needs_mask(n)) {
       const typename Traits::TileBand band = band_of();
+      if (p.clear_key_tail && band.seqlen_k < (n + 1) * kBlockN) clear_tail(band.seqlen_k - n * kBlockN);
       int lo[2], hi[2];  // the key window of the thread's two rows (row0, row0 + 8)
 #pragma unroll
       for (int r = 0; r < 2; ++r) band.row_window(row0 + 8 * r, lo[r], hi[r]);
@@ -182,7 +204,8 @@ struct FwdMainloop {
         if constexpr (Traits::kKeepBand) return kept_band;
         else return Traits::tile_band(Traits::sequence_mask(p, tile.batch));
       };
-      return softmax_tile(p, softmax, acc_s, keys, band_of, n, row0, factor, lane);
+      return softmax_tile(p, softmax, acc_s, keys, band_of, [&s, &st, wg](int valid) { clear_v_tail(s, st, wg, valid); }, n,
+                          row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all

@@ -70,8 +70,8 @@ struct FwdStreamMainloop {
     typename Loop::NoTurns no_turns;
     auto softmax_of = [&](const ConsumerTile& c, int n) {
       return Loop::softmax_tile(
-          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); }, n, c.row0,
-          factor, lane);
+          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); },
+          [&](int valid) { Loop::clear_v_tail(s, st, wg, valid); }, n, c.row0, factor, lane);
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "common/kvcache_problem.h"
 #include "common/mask.h"
 #include "common/score_transform.h"
 #include "common/sequence.h"
@@ -36,8 +37,16 @@ struct FwdParams {
   detail::SequenceLayout seq;     // where each batch entry's queries and keys lie
   detail::AttentionMask mask;     // window with causal folded in
   detail::ScoreTransform score;   // q·k -> log2-domain score
+  bool clear_key_tail = false;   // K/V rows past an entry's keys may hold anything (FwdMainloop::clear_v_tail)
   bool conditional_rescale = true;
   bool exp2_poly = true;          // use the config's polynomial share of exps
+
+  // KV-cache keys (flash_attn_with_kvcache's prefill route, fwd_kvcache.h): tma_k / tma_v map the caches as
+  // (slots, rows, heads_kv, d), and key tile j.. of entry b lies in one cache row or page (fwd_producer.cuh,
+  // cache_coords), one box of kv_rows_per_load = block_n rows. Off: keys through `seq`.
+  bool kv_cache = false;
+  int kv_rows_per_load = 0;
+  detail::KvCacheProblem kv;
 };
 
 }  // namespace flash4::sm90

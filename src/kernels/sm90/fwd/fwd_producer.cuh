@@ -23,6 +23,39 @@ struct FwdProducer {
   static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kChunks = Traits::kChunks;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
 
+  // Where key j of entry b lies in a KV cache (FwdParams::kv): (row, slot) coordinates of the cache map. 32-bit
+  // and from the parameters directly (the producer runs on few registers). Pages are powers of two (the route
+  // requires it: fwd_kvcache.h); page numbers and cache rows are clamped like PagedKeys::at (common/paged_keys.h),
+  // so a bad table reads a wrong page, never outside the pool.
+  static __device__ __forceinline__ int2 cache_coords(const FwdParams& p, int b, int j) {
+    const int last_slot = static_cast<int>(p.kv.num_slots) - 1;
+    if (p.kv.paged) {
+      const int page = min(j >> p.kv.page_shift, static_cast<int>(p.kv.max_pages) - 1);
+      const int slot = p.kv.block_table[b * p.kv.block_table_stride + page];
+      return make_int2(j - (page << p.kv.page_shift), min(max(slot, 0), last_slot));
+    }
+    const int slot = p.kv.cache_batch_idx != nullptr ? p.kv.cache_batch_idx[b] : b;
+    return make_int2(j, min(max(slot, 0), last_slot));
+  }
+
+  // One K or V tile: keys row0 .. row0 + kBlockN - 1 of batch entry `batch` of the map, or from a KV cache
+  // (p.kv_cache, whose batches are dense: entry `batch`, key row0 of its sequence) from the cache row or page
+  // its keys lie in (a page holds whole tiles: fwd_kvcache.h). Keys past the cache's capacity come from rows the
+  // map zero-fills or from a clamped page; they lie past the entry's keys, where the consumers mask S and zero V
+  // (FwdMainloop::clear_v_tail).
+  template <class Tile>
+  static __device__ __forceinline__ void load_keys(const FwdParams& p, const CUtensorMap* map, Tile& dst, int row0,
+                                                   int head_kv, int batch, uint64_t* full) {
+    int row = row0, slot = batch;
+    if (p.kv_cache) {
+      const int2 at = cache_coords(p, batch, row0);
+      row = at.x;
+      slot = at.y;
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) tma::load_4d(&dst[c][0][0], map, c * 64, row, head_kv, slot, full);
+  }
+
   static __device__ __forceinline__ void run(const FwdParams& p, SharedStorage& s,
                                              const FwdTileScheduler<Traits::kMasked>& scheduler) {
     tma::prefetch_descriptor(&p.tma_q);
@@ -67,14 +100,10 @@ struct FwdProducer {
       for (int n = keys.n_max; n >= keys.n_min; --n) {
         mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
         mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKVTileBytes);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.k[st.stage][c][0][0], &p.tma_k, c * 64, key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
+        load_keys(p, &p.tma_k, s.k[st.stage], key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
         mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
         mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kKVTileBytes);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.v[st.stage][c][0][0], &p.tma_v, c * 64, key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+        load_keys(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
         st.advance();
         if (kQBuffers == 2 && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S
