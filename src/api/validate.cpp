@@ -91,7 +91,8 @@ struct ByteRange {
 };
 
 ByteRange byte_range(const TensorView& t) {
-  if (t.numel() == 0) return {};
+  // An absent optional tensor is not validated (its rank may be anything): it spans nothing.
+  if (t.data == nullptr || t.rank < 0 || t.rank > 4 || t.numel() == 0) return {};
   int64_t last = 0;
   for (int i = 0; i < t.rank; ++i) last += (t.shape[i] - 1) * t.stride[i];  // no overflow: checked above
   const auto begin = reinterpret_cast<uintptr_t>(t.data);

@@ -221,6 +221,7 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
   if (p.paged && host(a.block_table)) {
     for (int64_t b = 0; b < s.batch; ++b) {
       const int64_t pages = (p.seqlen_k(b) + p.page_size - 1) / p.page_size;  // the pages sequence b uses
+      if (pages <= 0) continue;  // no row to read (an empty table may have no data at all)
       const int* row = p.block_table + b * p.block_table_stride;
       for (int64_t j = 0; j < pages; ++j) {
         FLASH4_REQUIRE(c, row[j] >= 0 && row[j] < p.num_slots,
