@@ -376,8 +376,7 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   }
   if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
     if (rows > 0) {
-      if (sequences) sm90::bwd::bwd_dsink_entries_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
-      else sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
       FLASH4_CUDA_CHECK_LAUNCH();
     } else {
       FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));

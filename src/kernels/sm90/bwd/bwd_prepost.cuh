@@ -62,31 +62,11 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   }
 }
 
-// dsink[h] = -sum over the rows i of head h (every batch entry) of exp(sink[h] - LSE_i) * D_i, after the
-// preprocess: one CTA per head, each thread's rows in a fixed order and a fixed reduction tree, so the result is
-// the same every run (deterministic mode included).
+// dsink[h] = -sum over the rows i of head h that take part in an entry (BwdParams::seq: every row of a dense
+// batch; whatever the rows in none hold) of exp(sink[h] - LSE_i) * D_i, after the preprocess: one CTA per head,
+// entries in order, each thread's rows in a fixed order and a fixed reduction tree, so the result is the same
+// every run (deterministic mode included).
 __global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_kernel(const __grid_constant__ BwdParams p) {
-  __shared__ float partial[kPrepostThreads];
-  const int h = blockIdx.x;
-  const float sink_log2 = p.learnable_sink[h] * detail::kLog2e;
-  float acc = 0.0f;
-  for (int b = 0; b < p.batch; ++b) {
-    const int64_t row0 = (static_cast<int64_t>(b) * p.heads + h) * p.seqlen_q;
-    for (int i = threadIdx.x; i < p.seqlen_q; i += kPrepostThreads)
-      acc += exp2f(sink_log2 - p.lse_log2[row0 + i]) * p.dsum[row0 + i];  // LSE is finite: it includes the sink
-  }
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = kPrepostThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) p.dsink[h] = -partial[0];
-}
-
-// The same over the entries of a packed or seqused batch (BwdParams::seq): only the rows that take part in an
-// entry, whatever the rows in none hold. Entries in order, each thread's rows in a fixed order, a fixed tree.
-__global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_entries_kernel(const __grid_constant__ BwdParams p) {
   __shared__ float partial[kPrepostThreads];
   const int h = blockIdx.x;
   const float sink_log2 = p.learnable_sink[h] * detail::kLog2e;
@@ -97,7 +77,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_entries_kernel(cons
     const detail::SequenceInfo si = p.seq.info(b);
     const int64_t row0 = (static_cast<int64_t>(packed ? 0 : b) * p.heads + h) * rows_per_head + si.q_offset;
     for (int64_t i = threadIdx.x; i < si.seqlen_q; i += kPrepostThreads)
-      acc += exp2f(sink_log2 - p.lse_log2[row0 + i]) * p.dsum[row0 + i];
+      acc += exp2f(sink_log2 - p.lse_log2[row0 + i]) * p.dsum[row0 + i];  // LSE is finite: it includes the sink
   }
   partial[threadIdx.x] = acc;
   __syncthreads();

@@ -56,6 +56,17 @@ std::string compiled_head_dims(DType dtype) {
 
 // TMA needs 16-byte aligned base addresses and byte strides (all but the contiguous last) that are multiples
 // of 16.
+// Launches the compiled forward kernel of (dtype, kernel head dim, mask) with these parameters.
+void launch_compiled_forward(const sm90::FwdParams& params, const sm90::FwdLaunchConfig& launch, DType dtype,
+                             int width, bool masked, cudaStream_t s) {
+#define FLASH4_LAUNCH_FWD(T, D, M)                                                                    \
+  if (std::is_same_v<T, __nv_bfloat16> == (dtype == DType::kBFloat16) && width == D && masked == M) \
+    return sm90::launch_forward<T, D, M>(params, launch, s);
+  FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
+#undef FLASH4_LAUNCH_FWD
+  throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
+}
+
 bool tma_compatible(const TensorView& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
   for (int i = 0; i + 1 < t.rank; ++i)
@@ -178,13 +189,8 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   const FwdParams params = make_fwd_params(args, p, launch.tile);
-  const int width = kernel_head_dim(p.head_dim, p.head_dim_v);  // head_dims.h: 96 runs on 128, 192 on 256
-#define FLASH4_LAUNCH_FWD(T, D, M)                                                   \
-  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && width == D && masked == M) \
-    return launch_forward<T, D, M>(params, launch, s);
-  FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
-#undef FLASH4_LAUNCH_FWD
-  throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
+  // head_dims.h: 96 runs on 128, 192 on 256
+  launch_compiled_forward(params, launch, q.dtype, kernel_head_dim(p.head_dim, p.head_dim_v), masked, s);
 }
 
 namespace {
@@ -250,13 +256,7 @@ void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const
   params.kv_rows_per_load = rows;
   params.kv = kv;
   params.clear_key_tail = true;  // a cache's rows past a sequence's length hold anything
-  const bool masked = p.has_mask();
-#define FLASH4_LAUNCH_FWD(T, D, M)                                                                          \
-  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && p.head_dim == D && masked == M) \
-    return launch_forward<T, D, M>(params, launch, s);
-  FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
-#undef FLASH4_LAUNCH_FWD
-  throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
+  launch_compiled_forward(params, launch, q.dtype, static_cast<int>(p.head_dim), p.has_mask(), s);
 }
 
 }  // namespace flash4::detail
