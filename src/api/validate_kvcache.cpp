@@ -149,10 +149,12 @@ void check_rotary(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   for (int i = 0; i < 2; ++i)
     check_dim(c, a.rotary_sin, "rotary_sin", i, kRotaryDims, a.rotary_cos.shape[i], "the shape of rotary_cos");
   p.seqlen_ro = a.rotary_cos.shape[0];
-  p.rotary_dim = 2 * a.rotary_cos.shape[1];
-  FLASH4_REQUIRE(c, p.rotary_dim >= 2 && p.rotary_dim <= p.attention.head_dim,
-                 "rotary_cos.shape[1] (rotary_dim / 2) = " + to_string(a.rotary_cos.shape[1]) +
+  // Compared before doubling: a shape near int64's limit must not overflow.
+  const int64_t half = a.rotary_cos.shape[1];
+  FLASH4_REQUIRE(c, half >= 1 && half <= p.attention.head_dim / 2,
+                 "rotary_cos.shape[1] (rotary_dim / 2) = " + to_string(half) +
                      " but rotary_dim must be in [2, head_dim = " + to_string(p.attention.head_dim) + "]");
+  p.rotary_dim = 2 * half;
   FLASH4_REQUIRE(c, p.seqlen_ro >= 1, "rotary_cos.shape[0] (seqlen_ro) = 0 but the tables need a row per position");
   p.rotary_interleaved = a.rotary_interleaved;
 }

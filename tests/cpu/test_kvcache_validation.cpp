@@ -223,6 +223,16 @@ TEST(KvCacheValidation, Rotary) {
       s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_cos.shape[1] = a.rotary_sin.shape[1] = 40; }, "rotary_dim");
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.rotary_sin.shape[1] = 8; }, "rotary_sin.shape[1]");
+  // An empty table spans no memory whatever its width: rotary_dim = 2 * shape[1] must not overflow.
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {
+        for (TensorView* t : {&a.rotary_cos, &a.rotary_sin}) {
+          t->shape[0] = 0;  // empty: no extent check can catch the width
+          t->shape[1] = std::numeric_limits<int64_t>::max();
+        }
+      },
+      "rotary_dim");
 }
 
 // Without a usable GPU (a CPU-only build, or no sm_90 device), CUDA tensors pass validation (device-resident indices

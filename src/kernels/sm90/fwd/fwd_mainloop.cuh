@@ -155,21 +155,26 @@ struct FwdMainloop {
     fence_async_shared();
     named_barrier_sync(barrier_id(NamedBarrier::kConsumerWg0, wg), 128);
   }
+  // The key tiles of a query tile run downwards from n_max, so only the first can reach past the entry's keys:
+  // its V tail is cleared once per tile, before the first P V, outside the per-tile steps (kept out of the loop,
+  // it costs the steps no registers).
+  static __device__ __forceinline__ void clear_first_v_tail(const FwdParams& p, SharedStorage& s, const Ring& st,
+                                                            int wg, int n_max, int64_t seqlen_k) {
+    const int64_t valid_rows = seqlen_k - static_cast<int64_t>(n_max) * kBlockN;
+    if (p.clear_key_tail && valid_rows < kBlockN) clear_v_tail(s, st, wg, static_cast<int>(valid_rows));
+  }
 
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
   // The rows' key windows are computed inside the masked branch (kept live across the loop they made ptxas
   // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns:
   // kept in registers where that measured faster (Traits::kKeepBand), else recomputed from the parameters.
-  // `clear_tail(valid_rows)` zeroes the tile's V rows past the entry's keys (clear_v_tail), where they can hold
-  // anything.
-  template <class BandOf, class ClearTail>
+  template <class BandOf>
   static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
-                                                      const TileKeys& keys, BandOf&& band_of, ClearTail&& clear_tail,
-                                                      int n, int row0, float (&factor)[2], int lane) {
+                                                      const TileKeys& keys, BandOf&& band_of, int n, int row0,
+                                                      float (&factor)[2], int lane) {
     if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
     if (keys.needs_mask(n)) {
       const typename Traits::TileBand band = band_of();
-      if (p.clear_key_tail && band.seqlen_k < (n + 1) * kBlockN) clear_tail(band.seqlen_k - n * kBlockN);
       int lo[2], hi[2];  // the key window of the thread's two rows (row0, row0 + 8)
 #pragma unroll
       for (int r = 0; r < 2; ++r) band.row_window(row0 + 8 * r, lo[r], hi[r]);
@@ -204,8 +209,7 @@ struct FwdMainloop {
         if constexpr (Traits::kKeepBand) return kept_band;
         else return Traits::tile_band(Traits::sequence_mask(p, tile.batch));
       };
-      return softmax_tile(p, softmax, acc_s, keys, band_of, [&s, &st, wg](int valid) { clear_v_tail(s, st, wg, valid); }, n,
-                          row0, factor, lane);
+      return softmax_tile(p, softmax, acc_s, keys, band_of, n, row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all
@@ -213,6 +217,7 @@ struct FwdMainloop {
       if constexpr (Traits::kIntraWgOverlap) {
         int n = keys.n_max;
         first_s(s, wg, qb, st, n == keys.n_min, acc_s, turns, lane);
+        clear_first_v_tail(p, s, st, wg, n, mask.seqlen_k);
         softmax_of(n);  // first tile: O is zero, nothing to rescale
         Mma::convert_p(acc_s, p_frag);
         Ring st_pv = st;  // stage whose V the pending P multiplies
@@ -241,6 +246,7 @@ struct FwdMainloop {
         NoTurns no_turns;
         for (int n = keys.n_max; n >= keys.n_min; --n) {
           first_s(s, wg, qb, st, n == keys.n_min, acc_s, turns, lane);
+          if (n == keys.n_max) clear_first_v_tail(p, s, st, wg, n, mask.seqlen_k);
           if (softmax_of(n)) Mma::rescale_o(acc_o, factor);
           Mma::convert_p(acc_s, p_frag);
           last_pv(s, st, p_frag, acc_o, no_turns, lane);

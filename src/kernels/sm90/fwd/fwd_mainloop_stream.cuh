@@ -70,8 +70,12 @@ struct FwdStreamMainloop {
     typename Loop::NoTurns no_turns;
     auto softmax_of = [&](const ConsumerTile& c, int n) {
       return Loop::softmax_tile(
-          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); },
-          [&](int valid) { Loop::clear_v_tail(s, st, wg, valid); }, n, c.row0, factor, lane);
+          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); }, n, c.row0,
+          factor, lane);
+    };
+    // Before a tile's first P V (its first key tile is the only one that can reach past the entry's keys).
+    auto clear_tail = [&](const ConsumerTile& c) {
+      Loop::clear_first_v_tail(p, s, st, wg, c.keys.n_max, Traits::sequence_mask(p, c.batch).seqlen_k);
     };
 
     auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
@@ -100,6 +104,7 @@ struct FwdStreamMainloop {
         Mma::zero_o(acc_o);
         const int n = cur.keys.n_max;
         Loop::first_s(s, wg, cur.qb, st, n == cur.keys.n_min, acc_s, no_turns, lane);
+        clear_tail(cur);
         softmax_of(cur, n);  // first tile: O is zero, nothing to rescale
         in_second = !in_second;  // P goes into the free buffer, which becomes the pending one
         if (in_second) Mma::convert_p(acc_s, p_frag2);
@@ -132,6 +137,7 @@ struct FwdStreamMainloop {
                                              acc_o, factor,
                                              [&] {
                                                softmax = fresh_softmax(p, next);
+                                               clear_tail(next);
                                                return softmax_of(next, n);  // the next tile's first: no rescale
                                              },
                                              no_turns, lane);
