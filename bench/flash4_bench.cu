@@ -2,7 +2,7 @@
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...] [--dims D1,D2,...]
-//                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]]
+//                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]] [--fp8]
 //   --dims: head dims (default 64,128,256; 96 and 192 run zero-padded on the 128 / 256 kernels); heads = 2048 / d
 //           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
@@ -12,6 +12,7 @@
 //   --host: host microseconds per call of forward / backward on a tiny problem and of their parts (host_costs.cuh).
 //   --varlen: packed batches (lengths 128..4096, 16k tokens) and the learnable sink, forward and backward, beside
 //             the dense batch of the same FLOPs (varlen_bench.cuh).
+//   --fp8: the FP8 (e4m3) forward beside bf16 at d = 128 and 256 over --seqlens (fp8_bench.cuh).
 //   --decode: KV-cache decode (issue #19's rows, contiguous and paged caches, graph replay, single-call latency)
 //             and chunked prefill (decode_bench.cuh); --decode-splits times each listed split count (0 = auto).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
@@ -43,14 +44,18 @@ namespace {
     }                                                                                    \
   } while (0)
 
+// Element i of a hashed uniform sequence, scaled to about unit variance.
+__device__ __forceinline__ float random_unit(size_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return (static_cast<float>(h & 0xFFFFFF) / 16777216.0f - 0.5f) * 3.4f;
+}
+
 __global__ void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = __float2bfloat16((static_cast<float>(h & 0xFFFFFF) / 16777216.0f - 0.5f) * 3.4f);  // ~unit variance
-  }
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __float2bfloat16(random_unit(i, seed));
 }
 
 struct Shape {
@@ -279,6 +284,7 @@ std::vector<Variant> tile_candidates(const Shape&) { return {}; }
 
 #include "varlen_bench.cuh"
 #include "decode_bench.cuh"
+#include "fp8_bench.cuh"
 
 namespace {
 // "1,4,16" -> {1, 4, 16}.
@@ -297,6 +303,7 @@ std::vector<int> parse_ints(const char* c) {
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
   bool ablation = false, backward = false, candidates = false, host = false, varlen = false, decode = false;
+  bool fp8 = false;
   std::vector<int> decode_splits = {0};
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
@@ -323,10 +330,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--host")) host = true;
     else if (!std::strcmp(argv[i], "--varlen")) varlen = true;
     else if (!std::strcmp(argv[i], "--decode")) decode = true;
+    else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--decode-splits") && i + 1 < argc) decode_splits = parse_ints(argv[++i]);
   }
   if (varlen) {
     varlen_bench::run(iters);
+    return 0;
+  }
+  if (fp8) {
+    fp8_bench::run(seqlens, iters, rounds);
     return 0;
   }
   if (decode) {

@@ -19,6 +19,8 @@
 #            alternating build order; table by bench/ab_table.py, JSON lines in DIR/ab.jsonl
 #   ab-src - builds the benchmark of every carried source tree devsrc/<tag> (other commits or kernel variants,
 #            bf16 kernels only, in parallel) into devbin/old/flash4_bench_<tag>, for the ab stage that follows
+#   fp8    - the FP8 forward (opt-in path): its GPU tests (GpuFp8Forward*), then flash4_bench --fp8 (FP8 beside bf16 at
+#            d = 128 / 256, FP8_SEQLENS default 1024,4096,16384, 3 rounds) into DIR/fp8.jsonl, table printed
 #   varlen - packed batches and the learnable sink against the dense batch of the same FLOPs (flash4_bench
 #            --varlen), JSON lines in DIR/varlen.jsonl
 #   decode - KV-cache decode: the decode GPU tests (GTEST_FILTER ${DECODE_FILTER:-KvCache*:DecodeRoute*}), then
@@ -227,6 +229,28 @@ print(f"{'impl':<16} {'layout':<11} {'b x s':>10} {'sq':>4} {'splits':>6} {'us':
 for r in map(json.loads, open(sys.argv[1])):
     print(f"{r['impl']:<16} {r['layout']:<11} {str(r['b']) + 'x' + str(r['s']):>10} {r['sq']:>4} {r['splits']:>6} "
           f"{r['us']:9.1f} {r['tbps']:6.2f} {r['tflops']:8.1f} {r['us_single']:8.1f} {r['us_graph']:8.1f}")
+PY
+      ;;
+    fp8)
+      timeout "${TEST_LIMIT_S:-300}" "$BUILD_DIR/tests/flash4_gpu_tests" --gtest_filter='GpuFp8Forward*' \
+        >"$OUT/fp8-tests.log" 2>&1
+      summary+=("fp8 tests: rc=$?; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/fp8-tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/fp8-tests.log" | head -20
+      timeout "${AB_LIMIT_S:-300}" "$BUILD_DIR/bench/flash4_bench" --fp8 --rounds 3 --iters 20 \
+        --seqlens "${FP8_SEQLENS:-1024,4096,16384}" >"$OUT/fp8.jsonl" 2>"$OUT/fp8.err"
+      summary+=("fp8 bench: rc=$? $(wc -l <"$OUT/fp8.jsonl") rows")
+      python3 - "$OUT/fp8.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+bf16 = {(r['d'], r['s'], r['causal']): r for r in rows if r['impl'] == 'flash4'}
+print(f"{'d':>4} {'s':>6} {'causal':>6} {'bf16 TF/s':>10} {'fp8 TF/s':>9} {'fp8/bf16':>8}")
+for r in rows:
+    if r['impl'] != 'flash4_fp8':
+        continue
+    b = bf16.get((r['d'], r['s'], r['causal']))
+    if b:
+        print(f"{r['d']:>4} {r['s']:>6} {str(r['causal']):>6} {b['tflops']:>10.1f} {r['tflops']:>9.1f} "
+              f"{r['tflops'] / b['tflops']:>8.2f}")
 PY
       ;;
     varlen)

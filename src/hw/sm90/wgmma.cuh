@@ -7,6 +7,7 @@
 //    hardware applies the swizzle to the final addresses, so this stays consistent with TMA's layout.
 //  * MN-major operand (V as B: N = head_dim is contiguous, transposed): LBO = bytes between 64-column chunks
 //    along N, SBO = 1024 (next 8 rows along K). A k-step of 16 rows advances the start address by 2048 bytes.
+// FP8 operands are K-major only (wgmma has no transposed FP8 form): V is stored transposed, (head_dim, keys).
 // Descriptor bits: [0,14) address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [62,64) swizzle (1 = 128B).
 #pragma once
 
@@ -65,6 +66,7 @@ __device__ __forceinline__ void fence_operand(uint32_t (&r)[kN]) {
 }
 
 #include "hw/sm90/wgmma_ops.inc"
+#include "hw/sm90/wgmma_fp8_ops.inc"
 
 // D (64 x kN, f32, registers) (+)= A (64 x 16, smem, K-major) * B (16 x kN, smem).
 template <int kN, int kTransB, class Element>
@@ -83,6 +85,22 @@ __device__ __forceinline__ void mma_rs(float (&d)[kN / 2], const uint32_t (&a)[4
   else if constexpr (kN == 128) mma_rs_m64n128k16<kTransB>(d, a, desc_b, accumulate, Element{});
   else if constexpr (kN == 256) mma_rs_m64n256k16<kTransB>(d, a, desc_b, accumulate, Element{});
   else static_assert(kN == 64, "no wgmma RS wrapper generated for this N (scripts/gen_wgmma.py)");
+}
+
+// FP8 (e4m3): D (64 x kN, f32) (+)= A (64 x 32, smem, K-major) * B (32 x kN, smem, K-major).
+template <int kN>
+__device__ __forceinline__ void mma_ss_e4m3(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  if constexpr (kN == 128) mma_ss_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+  else static_assert(kN == 128, "no FP8 wgmma SS wrapper generated for this N (scripts/gen_wgmma.py --fp8)");
+}
+
+// FP8 (e4m3): D (64 x kN, f32) (+)= A (64 x 32, registers, mma.m16n8k32 A layout) * B (32 x kN, smem, K-major).
+template <int kN>
+__device__ __forceinline__ void mma_rs_e4m3(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                            bool accumulate) {
+  if constexpr (kN == 128) mma_rs_m64n128k32_e4m3(d, a, desc_b, accumulate);
+  else if constexpr (kN == 256) mma_rs_m64n256k32_e4m3(d, a, desc_b, accumulate);
+  else static_assert(kN == 128, "no FP8 wgmma RS wrapper generated for this N (scripts/gen_wgmma.py --fp8)");
 }
 
 }  // namespace flash4::sm90::wgmma

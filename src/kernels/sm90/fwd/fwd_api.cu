@@ -16,6 +16,7 @@
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_empty.h"
+#include "kernels/sm90/fwd/fwd_fp8.h"
 #include "kernels/sm90/fwd/fwd_kvcache.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
@@ -54,8 +55,6 @@ std::string compiled_head_dims(DType dtype) {
   return out.empty() ? "none" : out;
 }
 
-// TMA needs 16-byte aligned base addresses and byte strides (all but the contiguous last) that are multiples
-// of 16.
 // Launches the compiled forward kernel of (dtype, kernel head dim, mask) with these parameters.
 void launch_compiled_forward(const sm90::FwdParams& params, const sm90::FwdLaunchConfig& launch, DType dtype,
                              int width, bool masked, cudaStream_t s) {
@@ -67,12 +66,6 @@ void launch_compiled_forward(const sm90::FwdParams& params, const sm90::FwdLaunc
   throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
 }
 
-bool tma_compatible(const TensorView& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i + 1 < t.rank; ++i)
-    if ((t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
-  return true;
-}
 
 // An attention tensor as the kernels address it, (batch, seqlen, heads, head_dim) element strides: a packed
 // (total, heads, head_dim) tensor is one batch entry of `total` rows.
@@ -85,6 +78,15 @@ BshdView bshd(const TensorView& t) {
 }
 
 }  // namespace
+
+// TMA needs 16-byte aligned base addresses and byte strides (all but the contiguous last) that are multiples
+// of 16.
+bool tma_compatible(const TensorView& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if ((t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
+  return true;
+}
 
 bool cuda_device_supported(int device_index) {
   // Answers are cached per device: the property query is slow and the answer never changes in a process.
@@ -109,9 +111,7 @@ bool cuda_device_supported(int device_index) {
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
-  if (args.q.dtype == DType::kFloat8E4M3)
-    return {false, "the GPU forward does not run FP8 (float8_e4m3fn) yet, only bf16 and fp16; the CPU runs FP8 "
-                   "(dequantize, then compute)"};
+  if (args.q.dtype == DType::kFloat8E4M3) return cuda_can_forward_fp8(args, p);
   if (args.q.dtype != DType::kBFloat16 && args.q.dtype != DType::kFloat16)
     return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
                        "; use the CPU for fp32"};
@@ -143,16 +143,22 @@ sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p) {
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile) {
   using namespace flash4::sm90;
   const int block_m = tile.block_m, block_n = tile.block_n;
-
-  FwdParams params{};
+  FwdParams params = fwd_params_without_maps(args, p, tile);
   const auto& q = args.q;
   const auto& k = args.k;
   const auto& v = args.v;
-  const auto& o = args.out;
-  const BshdView qv = bshd(q), kv = bshd(k), vv = bshd(v), ov = bshd(o);
+  const BshdView qv = bshd(q), kv = bshd(k), vv = bshd(v);
   params.tma_q = make_tensor_map_bshd(q.data, qv.batch, qv.seqlen, p.heads, p.head_dim, qv.stride_b, qv.stride_s, qv.stride_h, block_m);
   params.tma_k = make_tensor_map_bshd(k.data, kv.batch, kv.seqlen, p.heads_kv, p.head_dim, kv.stride_b, kv.stride_s, kv.stride_h, block_n);
   params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim_v, vv.stride_b, vv.stride_s, vv.stride_h, block_n);
+  return params;
+}
+
+sm90::FwdParams fwd_params_without_maps(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile) {
+  using namespace flash4::sm90;
+  FwdParams params{};
+  const auto& o = args.out;
+  const BshdView ov = bshd(o);
   params.head_dim_v = static_cast<int>(p.head_dim_v);
   params.out = o.data;
   params.out_stride_b = ov.stride_b;
@@ -167,7 +173,7 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const
   params.batch = static_cast<int>(p.batch);
   params.heads = static_cast<int>(p.heads);
   params.group = static_cast<int>(p.group());
-  params.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  params.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
   params.seq = p.layout();
   params.mask = p.mask();
   params.score = p.score_transform();
@@ -184,6 +190,7 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const auto& q = args.q;
   auto s = static_cast<cudaStream_t>(stream);
   if (p.seqlen_k == 0 || p.total_k == 0) return launch_forward_no_keys(args, p, s);
+  if (q.dtype == DType::kFloat8E4M3) return cuda_forward_fp8(args, p, s);
   if (dense_decode_route(args, p)) return dense_decode_forward(args, p, s);  // decode-like: the split-KV kernel
   // Rows in no sequence (past seqused_q or the last packed segment) are cleared first; the kernel writes the rest.
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);

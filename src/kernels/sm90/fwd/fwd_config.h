@@ -56,6 +56,15 @@ constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
   return fwd_has_short_config(head_dim, masked) && seqlen_q <= 2048;
 }
 
+// FP8 (e4m3) kernels, d = 128 and 256: 128 x 128 tiles (V^T tiles are whole 128-key swizzle chunks); one-byte
+// tiles halve the shared memory, so a 3-deep ring at d = 128. One P buffer: its fragments are a quarter of S's.
+// At d = 256, O (128 registers) and S (64) leave no room for the next S in flight: no intra-warpgroup overlap
+// (with it the kernel spills); the two consumer warpgroups still overlap each other's softmax and matmuls.
+constexpr FwdTileConfig fwd_fp8_tile_config(int head_dim) {
+  if (head_dim <= 128) return {128, 128, 3, 0, true, false};
+  return {128, 128, 2, 0, false, false};
+}
+
 // Persistent CTAs (one per SM, claiming tiles from the dynamic scheduler) or one CTA per tile. Persistent pays
 // without a mask (no per-CTA prologue; the epilogue overlaps the next tile's loads) and for masked problems up to
 // 8k at d = 64 / 128; beyond that, and at d = 256 past 2k, the hardware block scheduler balances the long

@@ -2,6 +2,7 @@
 // generated translation units (cmake/kernels.cmake) so the matrix compiles in parallel.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,6 +48,12 @@ void launch_forward(const FwdParams& params, const FwdLaunchConfig& launch, cuda
   }
   launch_forward_kernel<Element, kHeadDim, kMasked, FwdTableConfig<kHeadDim, kMasked>>(params, launch.persistent,
                                                                                          stream);
+}
+
+// The FP8 (e4m3) kernel of one (head dim, masked): its own tile table (fwd_fp8_tile_config), no short tile.
+template <int kHeadDim, bool kMasked>
+void launch_forward_fp8(const FwdParams& params, bool persistent, cudaStream_t stream) {
+  launch_forward_kernel<__nv_fp8_e4m3, kHeadDim, kMasked, FwdFp8TableConfig<kHeadDim>>(params, persistent, stream);
 }
 
 }  // namespace flash4::sm90

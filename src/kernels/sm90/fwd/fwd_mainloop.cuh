@@ -161,18 +161,22 @@ struct FwdMainloop {
   static __device__ __forceinline__ void clear_first_v_tail(const FwdParams& p, SharedStorage& s, const Ring& st,
                                                             int wg, int n_max, int64_t seqlen_k) {
     const int64_t valid_rows = seqlen_k - static_cast<int64_t>(n_max) * kBlockN;
-    if (p.clear_key_tail && valid_rows < kBlockN) clear_v_tail(s, st, wg, static_cast<int>(valid_rows));
+    if constexpr (!Traits::kFp8) {  // FP8's V^T is written whole, zeros past the keys (fwd_fp8.cu)
+      if (p.clear_key_tail && valid_rows < kBlockN) clear_v_tail(s, st, wg, static_cast<int>(valid_rows));
+    }
   }
 
   // Softcap, element mask (only on the key tiles that need it) and online softmax of a fresh S tile, in place.
   // The rows' key windows are computed inside the masked branch (kept live across the loop they made ptxas
   // if-convert the mask into predicated instructions that every tile paid for), from the band `band_of()` returns:
   // kept in registers where that measured faster (Traits::kKeepBand), else recomputed from the parameters.
+  // `score`: p.score, or for FP8 the tile's with its descale factors folded in (tile_score).
   template <class BandOf>
-  static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, Softmax& softmax, float (&acc_s)[kBlockN / 2],
+  static __device__ __forceinline__ bool softmax_tile(const FwdParams& p, const detail::ScoreTransform& score,
+                                                      Softmax& softmax, float (&acc_s)[kBlockN / 2],
                                                       const TileKeys& keys, BandOf&& band_of, int n, int row0,
                                                       float (&factor)[2], int lane) {
-    if (p.score.softcap > 0.0f) Softmax::apply_softcap(acc_s, p.score.tanh_scale);
+    if (score.softcap > 0.0f) Softmax::apply_softcap(acc_s, score.tanh_scale);
     if (keys.needs_mask(n)) {
       const typename Traits::TileBand band = band_of();
       int lo[2], hi[2];  // the key window of the thread's two rows (row0, row0 + 8)
@@ -180,8 +184,32 @@ struct FwdMainloop {
       for (int r = 0; r < 2; ++r) band.row_window(row0 + 8 * r, lo[r], hi[r]);
       Softmax::apply_mask(acc_s, n * kBlockN, lo, hi, lane);
     }
-    return softmax.template step<Traits::kPolyPer8>(acc_s, p.score.log2_scale, p.conditional_rescale, p.exp2_poly,
+    return softmax.template step<Traits::kPolyPer8>(acc_s, score.log2_scale, p.conditional_rescale, p.exp2_poly,
                                                     factor);
+  }
+
+  // FP8: S holds the FP8 values' dot products, so q_descale * k_descale of the tile's (batch, kv head) scales
+  // them first: folded into the factor that multiplies q·k (the tanh's argument with softcap). 16-bit kernels
+  // read p.score itself (a reference: a copy kept in registers across the loop made them spill).
+  static __device__ __forceinline__ decltype(auto) tile_score(const FwdParams& p, FwdTile tile) {
+    if constexpr (Traits::kFp8) {
+      detail::ScoreTransform score = p.score;
+      const int head_kv = tile.head / p.group;
+      const float qk = p.q_descale.at(tile.batch, head_kv) * p.k_descale.at(tile.batch, head_kv);
+      if (score.softcap > 0.0f) score.tanh_scale *= qk;
+      else score.log2_scale *= qk;
+      return score;
+    } else {
+      return (p.score);
+    }
+  }
+  // FP8: O = P V is in units of v's FP8 values: v_descale joins 1 / l.
+  static __device__ __forceinline__ void descale_rows(const FwdParams& p, FwdTile tile, float (&inv)[2]) {
+    if constexpr (Traits::kFp8) {
+      const float v = p.v_descale.at(tile.batch, tile.head / p.group);
+      inv[0] *= v;
+      inv[1] *= v;
+    }
   }
 
   // One tile of this warpgroup's 64 rows, once its Q has arrived in Q buffer `qb`; `st` (K/V ring position)
@@ -202,14 +230,15 @@ struct FwdMainloop {
     float acc_o[kHeadDim / 2];
     Mma::zero_o(acc_o);
     float acc_s[kBlockN / 2];
-    uint32_t p_frag[kBlockN / 16][4];
+    PFrag p_frag;
     float factor[2];
+    decltype(auto) score = tile_score(p, tile);
     auto softmax_of = [&](int n) {
       auto band_of = [&] {
         if constexpr (Traits::kKeepBand) return kept_band;
         else return Traits::tile_band(Traits::sequence_mask(p, tile.batch));
       };
-      return softmax_tile(p, softmax, acc_s, keys, band_of, n, row0, factor, lane);
+      return softmax_tile(p, score, softmax, acc_s, keys, band_of, n, row0, factor, lane);
     };
 
     if (num_tiles == 0) release(&s.q_empty[qb], lane);  // fully masked tile: Q is not read at all
@@ -229,7 +258,7 @@ struct FwdMainloop {
           st.advance();
         };
         if constexpr (kDoubleP) {
-          uint32_t p_frag2[kBlockN / 16][4];
+          PFrag p_frag2;
           bool in_second = false;  // the pending P is in p_frag2
           for (--n; n >= keys.n_min; --n) {
             if (in_second) step(p_frag2, p_frag, n);
@@ -255,7 +284,8 @@ struct FwdMainloop {
       }
     }
     float inv[2], lse[2];
-    Epilogue::finish_rows(p, softmax, tile.head, inv, lse);
+    Epilogue::finish_rows(p, softmax, score.log2_scale, tile.head, inv, lse);
+    descale_rows(p, tile, inv);
     const detail::SequenceInfo si = p.seq.info(tile.batch);  // read again: not kept live across the loop
     Epilogue::store_rows(p, tile.head, tile.batch, si.q_offset, static_cast<int>(si.seqlen_q), acc_o, inv, lse, row0,
                          lane);

@@ -22,6 +22,7 @@ struct FwdStreamMainloop {
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static constexpr int kWgRows = Traits::kWgRows;
   static_assert(Traits::kDoubleP && !Traits::kPingPong, "the stream alternates two P buffers and takes no turns");
+  static_assert(!Traits::kFp8, "one score transform for every tile: no descale factors");
 
   // What a consumer warpgroup keeps of one tile in registers (two tiles are live at a tile boundary, so the
   // sequence mask is recomputed from the parameters where needed rather than kept).
@@ -64,14 +65,14 @@ struct FwdStreamMainloop {
     Softmax softmax;
     float acc_o[kHeadDim / 2];
     float acc_s[kBlockN / 2];
-    uint32_t p_frag[kBlockN / 16][4], p_frag2[kBlockN / 16][4];
+    PFrag p_frag, p_frag2;
     bool in_second = false;  // the pending P (whose P V is not issued yet) is in p_frag2
     float factor[2];
     typename Loop::NoTurns no_turns;
     auto softmax_of = [&](const ConsumerTile& c, int n) {
       return Loop::softmax_tile(
-          p, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); }, n, c.row0,
-          factor, lane);
+          p, p.score, softmax, acc_s, c.keys, [&] { return Traits::tile_band(Traits::sequence_mask(p, c.batch)); },
+          n, c.row0, factor, lane);
     };
     // Before a tile's first P V (its first key tile is the only one that can reach past the entry's keys).
     auto clear_tail = [&](const ConsumerTile& c) {
@@ -94,7 +95,7 @@ struct FwdStreamMainloop {
           softmax = fresh_softmax(p, cur);
           Mma::zero_o(acc_o);
           float inv[2], lse[2];
-          Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
+          Epilogue::finish_rows(p, softmax, p.score.log2_scale, cur.head, inv, lse);
           store(cur, acc_o, inv, lse);
           have = fetch(cur);
           continue;
@@ -126,7 +127,7 @@ struct FwdStreamMainloop {
       }
       // Tile end: its softmax is complete; the last P V is pending.
       float inv[2], lse[2];
-      Epilogue::finish_rows(p, softmax, cur.head, inv, lse);
+      Epilogue::finish_rows(p, softmax, p.score.log2_scale, cur.head, inv, lse);
       ConsumerTile next;
       const bool have_next = fetch(next);
       if (have_next && next.keys.count() > 0) {

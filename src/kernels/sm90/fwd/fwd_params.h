@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "common/descale.h"
 #include "common/kvcache_problem.h"
 #include "common/mask.h"
 #include "common/score_transform.h"
@@ -47,6 +48,10 @@ struct FwdParams {
   bool kv_cache = false;
   int kv_rows_per_load = 0;
   detail::KvCacheProblem kv;
+
+  // FP8 kernels (fwd_fp8.cu): tma_q / tma_k map e4m3 tensors (boxes of 128 columns), tma_v the transposed copy
+  // of v (b, hkv, d, keys); the descale factors per (batch, kv head).
+  detail::Descale q_descale, k_descale, v_descale;
 };
 
 }  // namespace flash4::sm90

@@ -13,5 +13,10 @@ sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p);
 // Parameters for tiles of tile.block_m query rows and tile.block_n keys (the TMA boxes and the number of m-blocks
 // depend on them).
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile);
+// Whether TMA can address a tensor: 16-byte aligned base address and byte strides (all but the contiguous last)
+// that are multiples of 16.
+bool tma_compatible(const TensorView& t);
+// The same as make_fwd_params without the tensor maps (the FP8 forward maps its e4m3 tensors itself: fwd_fp8.cu).
+sm90::FwdParams fwd_params_without_maps(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile);
 
 }  // namespace flash4::detail

@@ -21,6 +21,7 @@ template <class Traits>
 struct FwdProducer {
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kChunks = Traits::kChunks;
+  static constexpr int kChunkCols = Traits::kChunkCols;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
 
   // Where key j of entry b lies in a KV cache (FwdParams::kv): (row, slot) coordinates of the cache map. 32-bit
@@ -53,7 +54,15 @@ struct FwdProducer {
       slot = at.y;
     }
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) tma::load_4d(&dst[c][0][0], map, c * 64, row, head_kv, slot, full);
+    for (int c = 0; c < kChunks; ++c) tma::load_4d(&dst[c][0][0], map, c * kChunkCols, row, head_kv, slot, full);
+  }
+  // FP8: the V^T tile of keys row0 .. row0 + kBlockN - 1, one box of 128 keys by d rows per chunk from the
+  // transposed copy (b, hkv, d, keys) (fwd_fp8.cu).
+  template <class Tile>
+  static __device__ __forceinline__ void load_vt(const FwdParams& p, Tile& dst, int row0, int head_kv, int batch,
+                                                 uint64_t* full) {
+#pragma unroll
+    for (int c = 0; c < Traits::kVChunks; ++c) tma::load_4d(&dst[c][0][0], &p.tma_v, row0 + c * 128, 0, head_kv, batch, full);
   }
 
   static __device__ __forceinline__ void run(const FwdParams& p, SharedStorage& s,
@@ -79,7 +88,8 @@ struct FwdProducer {
         const int batch = p.seq.cu_seqlens_q != nullptr ? 0 : tile.batch;  // packed: one batch entry
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * 64, row, tile.head, batch, &s.q_full[qst.stage]);
+          tma::load_4d(&s.q[qst.stage][c][0][0], &p.tma_q, c * kChunkCols, row, tile.head, batch,
+                       &s.q_full[qst.stage]);
       }
       qst.advance();
     };
@@ -103,7 +113,8 @@ struct FwdProducer {
         load_keys(p, &p.tma_k, s.k[st.stage], key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
         mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
         mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kKVTileBytes);
-        load_keys(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+        if constexpr (Traits::kFp8) load_vt(p, s.v[st.stage], n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+        else load_keys(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
         st.advance();
         if (kQBuffers == 2 && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S

@@ -3,7 +3,10 @@
 // The producer, the mainloop and the epilogue all read these; none recomputes them.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mask.h"
 #include "kernels/sm90/fwd/fwd_config.h"
@@ -20,9 +23,23 @@ struct FwdTableConfig {
       kShortTile ? fwd_short_tile_config(kHeadDim) : fwd_tile_config(kHeadDim, kMasked);
 };
 
+// The FP8 kernels' configuration (e4m3 q, k and a transposed v: fwd_fp8.cu): whole 128-key tiles, whose V^T rows
+// are one 128-byte swizzle chunk each.
+template <int kHeadDim>
+struct FwdFp8TableConfig {
+  static constexpr FwdTileConfig tile = fwd_fp8_tile_config(kHeadDim);
+};
+
 template <class Element_, int kHeadDim_, bool kMasked_, class Config>
 struct FwdTraits {
   using Element = Element_;
+  // One-byte elements are FP8 (e4m3): q and k as read, v transposed to (head_dim, keys) because FP8 wgmma takes
+  // K-major operands only; the output is bf16.
+  static constexpr bool kFp8 = sizeof(Element) == 1;
+  using OutElement = std::conditional_t<kFp8, __nv_bfloat16, Element>;
+  static constexpr int kElementBytes = static_cast<int>(sizeof(Element));
+  static constexpr int kChunkCols = 128 / kElementBytes;  // elements per 128-byte swizzle chunk row
+  static constexpr int kKStep = 32 / kElementBytes;       // wgmma K: 32 bytes of each operand row
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kMasked = kMasked_;
   static constexpr FwdTileConfig kCfg = Config::tile;
@@ -37,7 +54,7 @@ struct FwdTraits {
   // so the next tile's Q loads into a second Q buffer during this tile.
   static constexpr bool kCrossTile = fwd_cross_tile(kCfg, kHeadDim);
   static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);
-  static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
+  static constexpr int kChunks = kHeadDim / kChunkCols;  // 128-byte swizzle chunks per Q / K row
   static constexpr int kWgRows = 64;             // query rows per consumer warpgroup
   static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
   static constexpr int kThreads = fwd_threads(kCfg);
@@ -46,7 +63,13 @@ struct FwdTraits {
   static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 128;
   static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
-  static_assert(kHeadDim % 64 == 0, "head_dim must be a multiple of 64 for the 128B-swizzled tiles");
+  static_assert(kHeadDim % kChunkCols == 0, "head_dim must fill whole 128-byte swizzle chunks");
+  static_assert(!kFp8 || (kBlockN % 128 == 0 && !kCrossTile), "FP8: V^T rows are whole 128-key chunks");
+  // V's tile in shared memory: (block_n, d) in 64-column chunks (MN-major B of P V), or for FP8 V^T, (d, block_n)
+  // in 128-key chunks (K-major B).
+  static constexpr int kVChunks = kFp8 ? kBlockN / 128 : kChunks;
+  static constexpr int kVRows = kFp8 ? kHeadDim : kBlockN;
+  static constexpr int kVCols = kFp8 ? 128 : 64;
 
   // Registers per thread after setmaxnreg (64K per SM). Two consumers: 232 each, 40 for the producer's tile
   // bookkeeping, unless the accumulators are large (d = 256: O alone is 128 registers; block_n > 128): then 240
@@ -61,13 +84,13 @@ struct FwdTraits {
   static constexpr bool kKeepBand = kHeadDim <= 64;
 
   using Softmax = FwdSoftmax<kBlockN>;
-  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * 2;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * kElementBytes;
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
 
   struct SharedStorage {
-    alignas(1024) Element q[kQBuffers][kChunks][kBlockM][64];  // (block_m, d) smem, 128B swizzle, K-major A of Q K^T
-    alignas(1024) Element k[kStages][kChunks][kBlockN][64];    // (block_n, d) smem, 128B swizzle, K-major B of Q K^T
-    alignas(1024) Element v[kStages][kChunks][kBlockN][64];    // (block_n, d) smem, 128B swizzle, MN-major B of P V
+    alignas(1024) Element q[kQBuffers][kChunks][kBlockM][kChunkCols];  // (block_m, d), 128B swizzle, K-major A of Q K^T
+    alignas(1024) Element k[kStages][kChunks][kBlockN][kChunkCols];    // (block_n, d), 128B swizzle, K-major B of Q K^T
+    alignas(1024) Element v[kStages][kVChunks][kVRows][kVCols];        // V or V^T (above), 128B swizzle, B of P V
     uint64_t q_full[kQBuffers];
     uint64_t q_empty[kQBuffers];
     int tile_id[kQBuffers];  // tile whose Q the buffer's current q_full phase delivers; -1 = no more tiles
