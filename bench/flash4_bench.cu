@@ -30,6 +30,7 @@
 #include "api/backends.h"
 #include "flash4/api.h"
 #include "kernels/sm90/fwd/fwd_launch.cuh"
+#include "kernels/sm90/fwd/fwd_native_hd192.cuh"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 #include "host_costs.cuh"
 
@@ -172,6 +173,7 @@ double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher la
 }
 
 void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
+void native_hd192_forward(const flash4::ForwardArgs& a) { flash4::sm90::native_hd192_forward(a); }
 
 struct Variant {
   std::string name;
@@ -386,6 +388,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<Variant> variants = {{"flash4", {}, &library_forward}};
+    if (sh.d == 192) variants.push_back({"flash4_native192", {}, &native_hd192_forward});  // the candidate
     if (ablation) {
       auto more = ablation_variants(sh);
       variants.insert(variants.end(), more.begin(), more.end());

@@ -56,6 +56,11 @@ constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
   return fwd_has_short_config(head_dim, masked) && seqlen_q <= 2048;
 }
 
+// A native d = 192 kernel (candidate: head dim 192 runs zero-padded on the 256 kernel until this one is measured
+// faster; tests/gpu/test_native_hd192.cu and flash4_bench --native192 launch it): O takes 96 registers, so S of
+// 96 keys (48) and P (24) still fit beside the next S in flight; Q 48 KB + 2 x (36 + 36) KB = 192 KB.
+constexpr FwdTileConfig fwd_native_hd192_tile_config() { return {128, 96, 2, 0, true, false}; }
+
 // FP8 (e4m3) kernels, d = 128 and 256: 128 x 128 tiles (V^T tiles are whole 128-key swizzle chunks); one-byte
 // tiles halve the shared memory, so a 3-deep ring at d = 128. One P buffer: its fragments are a quarter of S's.
 // At d = 256, O (128 registers) and S (64) leave no room for the next S in flight: no intra-warpgroup overlap
