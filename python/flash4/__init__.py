@@ -5,6 +5,7 @@
     out = flash4.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
                                                                # packed: q (total_q, heads, head_dim)
     out = flash4.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths)  # inference
+    out = flash4.flash_attn_qkvpacked_func(qkv, causal=True)  # also kvpacked and varlen forms, as flash-attn
 
 Works on torch tensors (CPU and CUDA; autograd and torch.compile through the custom ops flash4::fwd and
 flash4::bwd) and, forward only, on other DLPack arrays such as numpy arrays. Where torch is installed it is
@@ -24,6 +25,12 @@ from ._api import (
 )
 from ._kvcache import flash_attn_with_kvcache
 from ._native import library_version
+from ._packed import (
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 
 __version__ = "0.1.0"
 
@@ -35,7 +42,11 @@ __all__ = [
     "check_varlen_offsets",
     "cuda_available",
     "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "forward",
     "library_version",
@@ -44,14 +55,14 @@ __all__ = [
 
 
 def _load_torch_parts():
-    """Imports flash4.nn and registers the custom ops torch.ops.flash4.fwd / bwd wherever torch is installed; a
-    torch that fails to import leaves flash4 usable on other arrays, with a warning saying why."""
+    """Imports flash4.nn and registers the custom ops torch.ops.flash4.fwd / bwd / fwd_fp8 wherever torch is
+    installed; a torch that fails to import leaves flash4 usable on other arrays, with a warning saying why."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         return
     try:
-        from . import _torch_ops, nn  # noqa: F401
+        from . import _torch_fp8, _torch_ops, nn  # noqa: F401
     except ImportError as error:  # pragma: no cover - a broken torch install
         import warnings
 

@@ -15,6 +15,7 @@ _LAYOUT = "(batch, seqlen, heads, head_dim)"
 _EXP2_MODES = {"auto": 0, "exact": 1, "polynomial": 2}
 
 _torch_backend_module = None  # flash4._torch_ops once loaded (it imports torch and registers the ops)
+_torch_fp8_module = None  # flash4._torch_fp8 once loaded (the FP8 forward op)
 
 
 class Support(NamedTuple):
@@ -34,6 +35,21 @@ def _torch_backend():
 
         _torch_backend_module = _torch_ops
     return _torch_backend_module
+
+
+def _torch_fp8():
+    global _torch_fp8_module
+    if _torch_fp8_module is None:
+        from . import _torch_fp8
+
+        _torch_fp8_module = _torch_fp8
+    return _torch_fp8_module
+
+
+def _fp8_requested(q, descales):
+    """Whether a torch call takes the FP8 path: float8_e4m3fn q, or a descale factor given (which that path
+    refuses for other dtypes, naming the factor)."""
+    return any(d is not None for d in descales) or q.dtype == sys.modules["torch"].float8_e4m3fn
 
 
 def _is_torch_tensor(x):
@@ -120,6 +136,9 @@ def flash_attn_func(
     dropout_p=0.0,
     alibi_slopes=None,
     return_attn_probs=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Exact attention, keyword-compatible with flash-attn's flash_attn_func.
 
@@ -130,6 +149,9 @@ def flash_attn_func(
     return_attn_probs): also return the log-sum-exp (batch, heads, seqlen_q), float32, natural log.
     learnable_sink: None or (heads,) logits (gpt-oss attention sinks), one per head, added to every row's softmax
     denominator with no value; differentiable (its gradient is computed in float32).
+    FP8 (FlashAttention 3's interface): q, k, v all torch.float8_e4m3fn, forward only, out bfloat16;
+    q_descale / k_descale / v_descale (float32 (batch, heads_kv), None = 1) give the real inputs, e.g.
+    q[b, :, h] * q_descale[b, h // (heads // heads_kv)].
 
     torch tensors (CPU or CUDA): differentiable, runs on the current CUDA stream, traceable by torch.compile.
     Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
@@ -138,8 +160,12 @@ def flash_attn_func(
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
-    _checks.arrays(q=q, k=k, v=v)
+    descales = (q_descale, k_descale, v_descale)
+    _checks.arrays(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):
+        if _fp8_requested(q, descales):
+            return _torch_fp8().attention(q, k, v, descales, scale, bool(causal), left, right, cap, want_lse,
+                                          learnable_sink=learnable_sink)
         return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
                                           learnable_sink=learnable_sink)
 
@@ -149,7 +175,8 @@ def flash_attn_func(
     batch, seqlen_q, heads, _ = shape
     out = _empty(q, shape[:3] + v_shape[3:])  # v's head dim
     lse = _empty(q, (batch, heads, seqlen_q), float32=True)
-    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, learnable_sink=learnable_sink)
+    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, learnable_sink=learnable_sink,
+               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return (out, lse) if want_lse else out
 
 
@@ -174,6 +201,9 @@ def flash_attn_varlen_func(
     dropout_p=0.0,
     alibi_slopes=None,
     return_attn_probs=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Exact attention over a packed batch of sequences of different lengths, keyword-compatible with
     flash-attn's flash_attn_varlen_func.
@@ -184,20 +214,26 @@ def flash_attn_varlen_func(
     cu[b] .. cu[b + 1] - 1. max_seqlen_q / max_seqlen_k: ints bounding the lengths. Masks apply per sequence
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
-    flash_attn_func; lse is (heads, total_q). CPU offsets are checked; CUDA ones are clamped by the kernels (see
-    docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too (check_varlen_offsets).
+    flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q). CPU
+    offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to
+    check them on the host too (check_varlen_offsets).
     """
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
-    _checks.arrays(q=q, k=k, v=v)
+    descales = (q_descale, k_descale, v_descale)
+    _checks.arrays(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):
-        return _torch_backend().attention(
-            q, k, v, scale, bool(causal), left, right, cap, bool(deterministic), want_lse,
-            learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-            seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        sequences = dict(learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                         seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q,
+                         max_seqlen_k=max_seqlen_k)
+        if _fp8_requested(q, descales):
+            return _torch_fp8().attention(q, k, v, descales, scale, bool(causal), left, right, cap, want_lse,
+                                          **sequences)
+        return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic),
+                                          want_lse, **sequences)
 
     shape = getattr(q, "shape", None)
     if shape is None or len(shape) != 3:
@@ -207,7 +243,8 @@ def flash_attn_varlen_func(
     lse = _empty(q, (heads, total_q), float32=True)
     _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, cu_seqlens_q=cu_seqlens_q,
                cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=int(max_seqlen_q),
-               max_seqlen_k=int(max_seqlen_k), learnable_sink=learnable_sink)
+               max_seqlen_k=int(max_seqlen_k), learnable_sink=learnable_sink, q_descale=q_descale,
+               k_descale=k_descale, v_descale=v_descale)
     return (out, lse) if want_lse else out
 
 
@@ -225,18 +262,23 @@ def forward(
     stream=None,
     exp2="auto",
     conditional_rescale=True,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Low-level forward into preallocated `out` (like q, with v's head dim) and optional `lse` ((batch, heads, seqlen_q) float32),
     for any DLPack arrays. No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
     CUDA tensors, else the default stream. exp2 ("auto", "exact", "polynomial") and conditional_rescale are
-    the library's tuning knobs, for ablations."""
+    the library's tuning knobs, for ablations. float8_e4m3fn q, k, v take q/k/v_descale and a bf16 or fp16 out."""
     if exp2 not in _EXP2_MODES:
         raise ValueError(f"exp2 must be one of {sorted(_EXP2_MODES)}, got {exp2!r}")
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
-    _checks.arrays(q=q, k=k, v=v, out=out, lse=lse)
+    _checks.arrays(q=q, k=k, v=v, out=out, lse=lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     stream = _stream_for(q, stream)
-    _C.forward(*_exported(q, k, v, out, lse), scale, bool(causal), left, right, cap, stream, _EXP2_MODES[exp2],
-               bool(conditional_rescale))
+    q, k, v, out, lse, q_descale, k_descale, v_descale = _exported(q, k, v, out, lse, q_descale, k_descale,
+                                                                   v_descale)
+    _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, stream, _EXP2_MODES[exp2],
+               bool(conditional_rescale), q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
 
 
 def backward(
@@ -292,7 +334,8 @@ def can_implement(
 
         empty_like = lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device)  # noqa: E731
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        out = torch.empty(shape[:3] + v_shape[3:], dtype=q.dtype, device=q.device)
+        out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype  # FP8 writes bf16
+        out = torch.empty(shape[:3] + v_shape[3:], dtype=out_dtype, device=q.device)
     else:
         empty_like = lambda t: _empty(t, tuple(t.shape))  # noqa: E731
         lse = _empty(q, (batch, heads, seqlen_q), float32=True)

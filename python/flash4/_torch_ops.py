@@ -251,25 +251,38 @@ def _sink_tensor(sink):
     return sink.to(torch.float32).contiguous() if sink.dtype != torch.float32 else sink.contiguous()
 
 
-def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, return_lse,
-              learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_q=None, seqused_k=None,
-              max_seqlen_q=0, max_seqlen_k=0):
-    """flash_attn_func (dense, rank 4) and flash_attn_varlen_func (packed, rank 3: cu_seqlens given) for torch
-    tensors, with the options already normalized."""
-    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+def checked_inputs(q, k, v, packed):
+    """q, k, v with a unit stride in the last dimension; TypeError unless they are torch tensors, ValueError
+    unless of rank 4 (dense) or 3 (packed)."""
     rank, layout = (3, "(total, heads, head_dim)") if packed else (4, "(batch, seqlen, heads, head_dim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}")
         if t.dim() != rank:
             raise ValueError(f"{name} must have {rank} dimensions {layout}, got shape {tuple(t.shape)}")
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
-    options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    return _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+
+
+def sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink):
+    """The ops' optional packed-batch and sink arguments as the library takes them; () for a dense call without
+    a sink, which keeps the ops' short argument list."""
     seq = (_index_tensor(cu_seqlens_q, "cu_seqlens_q"), _index_tensor(cu_seqlens_k, "cu_seqlens_k"),
            _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), int(max_seqlen_q),
            int(max_seqlen_k), _sink_tensor(learnable_sink))
     if all(x is None for x in seq[:4]) and seq[6] is None and seq[4] == 0 and seq[5] == 0:
-        seq = ()  # the dense call keeps its short argument list
+        return ()
+    return seq
+
+
+def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, return_lse,
+              learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_q=None, seqused_k=None,
+              max_seqlen_q=0, max_seqlen_k=0):
+    """flash_attn_func (dense, rank 4) and flash_attn_varlen_func (packed, rank 3: cu_seqlens given) for torch
+    tensors, with the options already normalized."""
+    q, k, v = checked_inputs(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
+    options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    seq = sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
+                        learnable_sink)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash4.fwd(q, k, v, *options, *seq)
     else:

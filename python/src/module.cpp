@@ -67,8 +67,23 @@ struct Sequences {
   }
 };
 
+// FP8 descale factors (forward only), all optional: fp32 (batch, heads_kv) with float8_e4m3fn q, k, v.
+struct Descales {
+  std::optional<InArray> q_descale, k_descale, v_descale;
+
+  void apply(ForwardArgs& args) const {
+    const std::pair<const std::optional<InArray>*, std::pair<TensorView*, const char*>> fields[] = {
+        {&q_descale, {&args.q_descale, "q_descale"}},
+        {&k_descale, {&args.k_descale, "k_descale"}},
+        {&v_descale, {&args.v_descale, "v_descale"}}};
+    for (const auto& [array, field] : fields)
+      if (array->has_value()) *field.first = to_descale_view(**array, field.second);
+  }
+};
+
 ForwardArgs make_forward_args(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
-                              const std::optional<OutArray>& lse, const Options& o, const Sequences& seq) {
+                              const std::optional<OutArray>& lse, const Options& o, const Sequences& seq,
+                              const Descales& descales) {
   ForwardArgs args;
   const int rank = seq.attention_rank();
   args.q = to_view(q, "q", rank);
@@ -84,6 +99,7 @@ ForwardArgs make_forward_args(const InArray& q, const InArray& k, const InArray&
   }
   apply(args, o);
   seq.apply(args);
+  descales.apply(args);
   return args;
 }
 
@@ -130,9 +146,9 @@ void translate_error(const std::exception_ptr& p, void*) {
 void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
              const std::optional<OutArray>& lse, float softmax_scale, bool causal, int window_left,
              int window_right, float softcap, uintptr_t stream, int exp2_mode, bool conditional_rescale,
-             const Sequences& seq) {
+             const Sequences& seq, const Descales& descales) {
   ForwardArgs args = make_forward_args(q, k, v, out, lse,
-                                       {softmax_scale, causal, window_left, window_right, softcap}, seq);
+                                       {softmax_scale, causal, window_left, window_right, softcap}, seq, descales);
   if (exp2_mode < 0 || exp2_mode > 2) throw nb::value_error("exp2_mode must be 0 (auto), 1 (exact) or 2 (polynomial)");
   args.tuning.exp2 = static_cast<Exp2Mode>(exp2_mode);
   args.tuning.conditional_rescale = conditional_rescale;
@@ -154,9 +170,11 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
 std::pair<bool, std::string> can_implement_forward(const InArray& q, const InArray& k, const InArray& v,
                                                    const OutArray& out, const std::optional<OutArray>& lse,
                                                    float softmax_scale, bool causal, int window_left,
-                                                   int window_right, float softcap, const Sequences& seq) {
+                                                   int window_right, float softcap, const Sequences& seq,
+                                                   const Descales& descales) {
   const ForwardArgs args = make_forward_args(q, k, v, out, lse,
-                                             {softmax_scale, causal, window_left, window_right, softcap}, seq);
+                                             {softmax_scale, causal, window_left, window_right, softcap}, seq,
+                                             descales);
   const Support s = flash4::can_implement(args);
   return {s.ok, s.reason};
 }
@@ -197,21 +215,27 @@ NB_MODULE(_C, m) {
   "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), \
       "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,                          \
       "learnable_sink"_a.none() = nb::none()
+  // The FP8 descale keywords of the forward entry points (None = 1).
+#define FLASH4_DESCALE_KWARGS \
+  "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none()
 
   m.def(
       "forward",
       [=](const InArray& q, const InArray& k, const InArray& v, const OutArray& out, const OptOut& lse, float scale,
           bool causal, int left, int right, float softcap, uintptr_t stream, int exp2_mode, bool conditional_rescale,
-          Opt cu_q, Opt cu_k, Opt used_q, Opt used_k, int64_t max_q, int64_t max_k, Opt sink) {
+          Opt cu_q, Opt cu_k, Opt used_q, Opt used_k, int64_t max_q, int64_t max_k, Opt sink, Opt q_descale,
+          Opt k_descale, Opt v_descale) {
         py::forward(q, k, v, out, lse, scale, causal, left, right, softcap, stream, exp2_mode, conditional_rescale,
-                    sequences(cu_q, cu_k, used_q, used_k, max_q, max_k, sink));
+                    sequences(cu_q, cu_k, used_q, used_k, max_q, max_k, sink),
+                    py::Descales{std::move(q_descale), std::move(k_descale), std::move(v_descale)});
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a,
       "window_right"_a, "softcap"_a, "stream"_a = 0, "exp2_mode"_a = 0, "conditional_rescale"_a = true,
-      FLASH4_SEQUENCE_KWARGS,
+      FLASH4_SEQUENCE_KWARGS, FLASH4_DESCALE_KWARGS,
       "Attention forward into preallocated out (and lse, or None). softmax_scale 0 = 1/sqrt(head_dim). "
       "stream: a cudaStream_t as int (0 = default stream); ignored on the CPU. cu_seqlens_q/k (int32) make it a "
-      "packed batch: q (total_q, heads, head_dim), lse (heads, total_q).");
+      "packed batch: q (total_q, heads, head_dim), lse (heads, total_q). float8_e4m3fn q, k, v take "
+      "q/k/v_descale (float32 (batch, heads_kv)) and write a bf16 or fp16 out.");
   m.def(
       "backward",
       [=](const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
@@ -229,12 +253,14 @@ NB_MODULE(_C, m) {
       "can_implement_forward",
       [=](const InArray& q, const InArray& k, const InArray& v, const OutArray& out, const OptOut& lse, float scale,
           bool causal, int left, int right, float softcap, Opt cu_q, Opt cu_k, Opt used_q, Opt used_k, int64_t max_q,
-          int64_t max_k, Opt sink) {
+          int64_t max_k, Opt sink, Opt q_descale, Opt k_descale, Opt v_descale) {
         return py::can_implement_forward(q, k, v, out, lse, scale, causal, left, right, softcap,
-                                         sequences(cu_q, cu_k, used_q, used_k, max_q, max_k, sink));
+                                         sequences(cu_q, cu_k, used_q, used_k, max_q, max_k, sink),
+                                         py::Descales{std::move(q_descale), std::move(k_descale),
+                                                      std::move(v_descale)});
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a,
-      "window_right"_a, "softcap"_a, FLASH4_SEQUENCE_KWARGS,
+      "window_right"_a, "softcap"_a, FLASH4_SEQUENCE_KWARGS, FLASH4_DESCALE_KWARGS,
       "(ok, reason): whether the tensors' device can run this forward; raises on invalid arguments.");
   m.def(
       "can_implement_backward",
@@ -250,6 +276,7 @@ NB_MODULE(_C, m) {
       "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a, FLASH4_SEQUENCE_KWARGS,
       "dsink"_a.none() = nb::none(), "(ok, reason): whether the tensors' device can run this backward.");
 #undef FLASH4_SEQUENCE_KWARGS
+#undef FLASH4_DESCALE_KWARGS
   py::bind_kvcache(m);
   m.def("cuda_available", &flash4::cuda_available, "device_index"_a = 0,
         "True when the library was built with CUDA and device `device_index` is a supported (sm_90) GPU.");

@@ -8,9 +8,14 @@ namespace nb = nanobind;
 namespace flash4::python {
 namespace {
 
+// DLPack's type code of OCP FP8 E4M3 ("fn": no infinities), as torch exports float8_e4m3fn; nanobind names no
+// FP8 codes.
+constexpr uint8_t kDLFloat8E4M3fn = 10;
+
 // "float64", "int32", "bfloat16", ... for messages.
 std::string describe_dtype(nb::dlpack::dtype t) {
   std::string kind;
+  if (t.code == kDLFloat8E4M3fn && t.bits == 8 && t.lanes == 1) return "float8_e4m3fn";
   switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
     case nb::dlpack::dtype_code::Int: kind = "int"; break;
     case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
@@ -29,6 +34,7 @@ std::string describe_dtype(nb::dlpack::dtype t) {
 // that lists the attention dtypes.
 DType to_dtype(nb::dlpack::dtype t, const char* name, bool index_tensor) {
   if (t.lanes == 1) {
+    if (t.code == kDLFloat8E4M3fn && t.bits == 8) return DType::kFloat8E4M3;
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 32) return DType::kFloat32;
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) return DType::kFloat16;
     if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) return DType::kBFloat16;
@@ -36,7 +42,8 @@ DType to_dtype(nb::dlpack::dtype t, const char* name, bool index_tensor) {
       return DType::kInt32;
   }
   const std::string message = std::string(name) + " has dtype " + describe_dtype(t) +
-                              "; flash4 takes float32, float16 or bfloat16 (lse, learnable_sink: float32; "
+                              "; flash4 takes float32, float16 or bfloat16 (q, k, v of the forward also "
+                              "float8_e4m3fn; lse, learnable_sink, q/k/v_descale: float32; "
                               "cu_seqlens, seqused, block_table, cache_seqlens, cache_batch_idx: int32)";
   throw nb::type_error(message.c_str());
 }
@@ -59,12 +66,12 @@ const char* layout_of(int rank) {
 }
 
 template <typename Array>
-TensorView convert(const Array& a, const char* name, int rank, bool index_tensor) {
+TensorView convert(const Array& a, const char* name, int rank, bool index_tensor, const char* layout) {
   const DType dtype = to_dtype(a.dtype(), name, index_tensor);
   const Device device = to_device(a.device_type(), a.device_id(), name);
   if (static_cast<int>(a.ndim()) != rank) {
     const std::string message = std::string(name) + " must have " + std::to_string(rank) + " dimensions " +
-                                layout_of(rank) + ", got " + std::to_string(a.ndim());
+                                layout + ", got " + std::to_string(a.ndim());
     throw nb::value_error(message.c_str());
   }
   TensorView view;
@@ -87,13 +94,16 @@ TensorView convert(const Array& a, const char* name, int rank, bool index_tensor
 }  // namespace
 
 TensorView to_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
-  return convert(a, name, rank, rank == kVectorRank);
+  return convert(a, name, rank, rank == kVectorRank, layout_of(rank));
 }
 TensorView to_view(const nb::ndarray<>& a, const char* name, int rank) {
-  return convert(a, name, rank, rank == kVectorRank);
+  return convert(a, name, rank, rank == kVectorRank, layout_of(rank));
 }
 TensorView to_index_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
-  return convert(a, name, rank, true);
+  return convert(a, name, rank, true, layout_of(rank));
+}
+TensorView to_descale_view(const nb::ndarray<nb::ro>& a, const char* name) {
+  return convert(a, name, kDescaleRank, false, "(batch, heads_kv)");
 }
 
 }  // namespace flash4::python

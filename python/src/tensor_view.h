@@ -16,13 +16,17 @@ constexpr int kLseRank = 3;
 constexpr int kPackedAttentionRank = 3;
 constexpr int kPackedLseRank = 2;
 constexpr int kVectorRank = 1;
+// FP8 descale factors q/k/v_descale: (batch, heads_kv).
+constexpr int kDescaleRank = 2;
 
-// Raises TypeError for an element type flash4 does not take (float32, float16, bfloat16, int32), ValueError
+// Raises TypeError for an element type flash4 does not take (float32, float16, bfloat16, float8_e4m3fn, int32), ValueError
 // for a device other than the CPU or CUDA, or a rank other than `rank`. Shapes and strides are copied as
 // they are (strides in elements); everything else is validated by the library itself.
 TensorView to_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
 TensorView to_view(const nanobind::ndarray<>& a, const char* name, int rank);
 // An index tensor of any rank (int32 accepted, e.g. a 2-D block table).
 TensorView to_index_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
+// An FP8 descale factor (batch, heads_kv); its rank-2 layout is named in the error, not the packed LSE's.
+TensorView to_descale_view(const nanobind::ndarray<nanobind::ro>& a, const char* name);
 
 }  // namespace flash4::python
