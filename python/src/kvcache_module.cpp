@@ -45,14 +45,16 @@ KvCacheArgs make_args(const KvCacheInputs& in, float softmax_scale, bool causal,
   const std::pair<const Opt*, std::pair<TensorView*, std::pair<const char*, int>>> optional[] = {
       {&in.k, {&a.k, {"k", kAttentionRank}}},
       {&in.v, {&a.v, {"v", kAttentionRank}}},
-      {&in.rotary_cos, {&a.rotary_cos, {"rotary_cos", 2}}},
-      {&in.rotary_sin, {&a.rotary_sin, {"rotary_sin", 2}}},
       {&in.cache_seqlens, {&a.cache_seqlens, {"cache_seqlens", kVectorRank}}},
       {&in.cache_batch_idx, {&a.cache_batch_idx, {"cache_batch_idx", kVectorRank}}},
       {&in.learnable_sink, {&a.learnable_sink, {"learnable_sink", kVectorRank}}}};
   for (const auto& [array, field] : optional)
     if (array->has_value()) *field.first = to_view(**array, field.second.first, field.second.second);
-  if (in.block_table.has_value()) a.block_table = to_index_view(*in.block_table, "block_table", 2);
+  constexpr const char* kRotaryLayout = "(seqlen_ro, rotary_dim / 2)";
+  if (in.rotary_cos.has_value()) a.rotary_cos = to_matrix_view(*in.rotary_cos, "rotary_cos", kRotaryLayout);
+  if (in.rotary_sin.has_value()) a.rotary_sin = to_matrix_view(*in.rotary_sin, "rotary_sin", kRotaryLayout);
+  if (in.block_table.has_value())
+    a.block_table = to_matrix_view(*in.block_table, "block_table", "(batch, max_pages)", /*index=*/true);
   a.cache_seqlen = in.cache_seqlen;
   a.out = to_view(in.out, "out", kAttentionRank);
   if (in.lse.has_value()) a.lse = to_view(*in.lse, "lse", kLseRank);

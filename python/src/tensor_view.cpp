@@ -99,11 +99,11 @@ TensorView to_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
 TensorView to_view(const nb::ndarray<>& a, const char* name, int rank) {
   return convert(a, name, rank, rank == kVectorRank, layout_of(rank));
 }
-TensorView to_index_view(const nb::ndarray<nb::ro>& a, const char* name, int rank) {
-  return convert(a, name, rank, true, layout_of(rank));
-}
 TensorView to_descale_view(const nb::ndarray<nb::ro>& a, const char* name) {
   return convert(a, name, kDescaleRank, false, "(batch, heads_kv)");
+}
+TensorView to_matrix_view(const nb::ndarray<nb::ro>& a, const char* name, const char* layout, bool index) {
+  return convert(a, name, 2, index, layout);
 }
 
 }  // namespace flash4::python

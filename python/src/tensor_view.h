@@ -24,9 +24,10 @@ constexpr int kDescaleRank = 2;
 // they are (strides in elements); everything else is validated by the library itself.
 TensorView to_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
 TensorView to_view(const nanobind::ndarray<>& a, const char* name, int rank);
-// An index tensor of any rank (int32 accepted, e.g. a 2-D block table).
-TensorView to_index_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, int rank);
 // An FP8 descale factor (batch, heads_kv); its rank-2 layout is named in the error, not the packed LSE's.
 TensorView to_descale_view(const nanobind::ndarray<nanobind::ro>& a, const char* name);
+// Any other rank-2 input with its own layout for the error (rotary tables; `index`: an int32 block table).
+TensorView to_matrix_view(const nanobind::ndarray<nanobind::ro>& a, const char* name, const char* layout,
+                          bool index = false);
 
 }  // namespace flash4::python

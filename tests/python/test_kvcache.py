@@ -217,4 +217,12 @@ def test_bad_arguments_write_nothing():
                                        cache_batch_idx=c.cache_seqlens, block_table=c.block_table)
     with pytest.raises(NotImplementedError, match="cache_leftpad"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_leftpad=c.cache_seqlens)
+    # A wrong rank names the argument's own layout.
+    with pytest.raises(ValueError, match=r"block_table must have 2 dimensions \(batch, max_pages\)"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
+                                       block_table=c.block_table[0])
+    cos, sin = rope_tables(64, 8, c.q.dtype)
+    with pytest.raises(ValueError, match=r"rotary_cos must have 2 dimensions \(seqlen_ro, rotary_dim / 2\)"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, rotary_cos=cos[None], rotary_sin=sin,
+                                       cache_seqlens=c.cache_seqlens, block_table=c.block_table)
     assert torch.equal(c.k_cache, before)
