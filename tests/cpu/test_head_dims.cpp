@@ -6,6 +6,7 @@
 // and the Hopper dispatch's refusal text for head dims it does not take.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -194,6 +195,26 @@ TEST(Sm90HeadDims, RefusesOtherHeadDimsAndSplitsWithTheSupportedList) {
   EXPECT_NE(why.find("v's head_dim (64) differs from q and k's (192)"), std::string::npos) << why;
   EXPECT_NE(why.find("(192, 128) or (128, 64)"), std::string::npos) << why;
   EXPECT_NE(why.find("GPU forward"), std::string::npos) << why;
+}
+
+// FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1 opens every multiple of 8 up to 256 (zero-padded on the next wider kernel);
+// without it they stay refused.
+TEST(Sm90HeadDims, TheOptInTakesEveryMultipleOf8UpTo256) {
+  detail::Problem p;
+  setenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM", "1", 1);
+  for (int64_t d : {8, 32, 40, 80, 104, 160, 200, 248}) {
+    p.head_dim = p.head_dim_v = d;
+    EXPECT_EQ(sm90::head_dim_refusal(p, "forward"), "") << d;
+    EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d;
+    EXPECT_NE(sm90::kernel_head_dim(d, d), 0) << d;
+  }
+  p.head_dim = p.head_dim_v = 264;
+  EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
+  p.head_dim = 80, p.head_dim_v = 64;  // splits other than the listed ones stay refused
+  EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
+  unsetenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM");
+  p.head_dim = p.head_dim_v = 80;
+  EXPECT_NE(sm90::head_dim_refusal(p, "forward").find("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1"), std::string::npos);
 }
 
 // The compiled width that runs each head-dim pair, and which pairs run zero-padded (head_dims.h).
