@@ -8,6 +8,7 @@
 
 #include "check/attention_results.h"
 #include "check/naive_attention.h"
+#include "check/naive_fp8_attention.h"
 #include "check/problem_from_args.h"
 #include "check/tolerance.h"
 
@@ -113,7 +114,11 @@ bool check_forward(const flash4::ForwardArgs& args, const HostResults& r) {
   std::fprintf(stderr, "computing the fp64 reference and the naive %s baseline...\n", flash4::dtype_name(dtype));
 
   const flash4::check::ForwardResult ref = flash4::check::reference_forward(p, r.q, r.k, r.v, rows);
-  const flash4::check::ForwardResult naive = flash4::check::naive_forward(p, dtype, r.q, r.k, r.v, rows);
+  // FP8: the naive FP8 attention writing out's dtype (docs/numerics.md, "FP8 forward"); inputs have descale 1.
+  const DType out_dtype = args.out.dtype;
+  const flash4::check::ForwardResult naive =
+      dtype == DType::kFloat8E4M3 ? flash4::check::naive_fp8_forward(p, out_dtype, r.q, r.k, r.v, rows)
+                                  : flash4::check::naive_forward(p, dtype, r.q, r.k, r.v, rows);
 
   std::vector<int64_t> out_indices, lse_indices;  // elements of the sampled rows
   for (int64_t b = 0; b < p.batch && sampled; ++b)
@@ -128,7 +133,8 @@ bool check_forward(const flash4::ForwardArgs& args, const HostResults& r) {
   const bool poly = args.tuning.exp2 == flash4::Exp2Mode::kPolynomial;
   const double out_extra = poly ? flash4::check::exp2_poly_out_allowance(ref_out) : 0.0;
   const double lse_extra = poly ? flash4::check::exp2_poly_lse_allowance() : 0.0;
-  const bool out_ok = judge("out", pick(r.out, out_indices), pick(naive.out, out_indices), ref_out, dtype, out_extra);
+  const bool out_ok =
+      judge("out", pick(r.out, out_indices), pick(naive.out, out_indices), ref_out, out_dtype, out_extra);
   const bool lse_ok =
       judge("lse", pick(r.lse, lse_indices), pick(naive.lse, lse_indices), ref_lse, DType::kFloat32, lse_extra);
   return out_ok && lse_ok;

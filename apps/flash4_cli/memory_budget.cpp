@@ -40,7 +40,9 @@ MemoryNeed estimate_memory(const RunOptions& o, bool on_cuda) {
   const double kv = b * static_cast<double>(o.seqlen_k) * static_cast<double>(o.heads_kv) * d;  // of k (v, dk, dv)
   const double rows = b * h * static_cast<double>(o.seqlen_q);  // lse elements
   const double elements = o.backward ? 3 * q + 4 * kv : 2 * q + 2 * kv;  // 4-D tensors, lse aside
-  const double tensors = elements * flash4::dtype_size(o.dtype) + rows * kFp32;
+  // FP8 writes a bf16 out (one byte more per q element), and the GPU copies v transposed.
+  const bool fp8 = o.dtype == flash4::DType::kFloat8E4M3;
+  const double tensors = elements * flash4::dtype_size(o.dtype) + (fp8 ? q : 0.0) + rows * kFp32;
 
   MemoryNeed need;
   need.host_bytes = tensors + kFixedHostBytes;
@@ -52,7 +54,7 @@ MemoryNeed estimate_memory(const RunOptions& o, bool on_cuda) {
     need.host_bytes += (elements + rows) * kFp64 + 2 * results * kFp64;
   }
   if (on_cuda) {
-    need.device_bytes = tensors;
+    need.device_bytes = tensors + (fp8 ? kv : 0.0);
     if (o.backward) need.device_bytes += q * kFp32 + 2 * rows * kFp32;  // fp32 dQ accumulator, D and LSE*log2(e)
   }
   return need;

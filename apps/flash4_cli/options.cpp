@@ -38,7 +38,8 @@ flash4::DType parse_dtype(std::string_view text) {
   if (text == "bf16") return flash4::DType::kBFloat16;
   if (text == "fp16") return flash4::DType::kFloat16;
   if (text == "fp32") return flash4::DType::kFloat32;
-  bad("--dtype: expected bf16, fp16 or fp32, got '" + std::string(text) + "'");
+  if (text == "fp8") return flash4::DType::kFloat8E4M3;
+  bad("--dtype: expected bf16, fp16, fp32 or fp8, got '" + std::string(text) + "'");
 }
 
 flash4::Exp2Mode parse_exp2(std::string_view text) {
@@ -110,6 +111,8 @@ RunOptions parse_run_options(int argc, char** argv) {
     bad("--exp2 applies to the forward only; drop it with --backward");
   if (o.backward && !o.conditional_rescale)
     bad("--no-conditional-rescale applies to the forward only; drop it with --backward");
+  if (o.backward && o.dtype == flash4::DType::kFloat8E4M3)
+    bad("--dtype fp8 runs the forward only (there is no FP8 backward); drop --backward");
   return o;
 }
 
@@ -129,7 +132,9 @@ Shape (layout q: (batch, seqlen_q, heads, head_dim), k/v: (batch, seqlen_k, head
   --heads H                query heads (default 16)
   --heads-kv H             key/value heads; heads must be a multiple (GQA/MQA) (default: heads)
   --head-dim D             head dimension, a multiple of 8 up to 256 (default 128)
-  --dtype bf16|fp16|fp32   element type of q, k, v, out and gradients (default bf16)
+  --dtype bf16|fp16|fp32|fp8
+                           element type of q, k, v, out and gradients (default bf16); fp8: q, k, v
+                           float8_e4m3fn (N(0, 1) inputs rounded to E4M3, descale 1), out bf16, forward only
 
 Attention:
   --causal                 causal mask, aligned bottom-right (query i sees key j <= i + seqlen_k - seqlen_q)

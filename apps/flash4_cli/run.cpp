@@ -25,6 +25,9 @@ using flash4::Device;
 using flash4::DType;
 using flash4::TensorView;
 
+// out's dtype: q's, or bf16 for an FP8 run.
+DType output_dtype(DType input) { return input == DType::kFloat8E4M3 ? DType::kBFloat16 : input; }
+
 // Warm-up runs longer than this get per-iteration progress on stderr.
 constexpr double kProgressAfterMs = 1000.0;
 
@@ -82,8 +85,9 @@ double median(std::vector<double> x) {
 }
 
 std::string describe(const RunOptions& o, Device device) {
+  const std::string dtype = o.dtype == DType::kFloat8E4M3 ? "fp8 (out bf16)" : flash4::dtype_name(o.dtype);
   std::string s = std::string("flash4 ") + flash4::version() + "  " + (o.backward ? "backward" : "forward") + "  " +
-                  flash4::device_name(device) + "  " + flash4::dtype_name(o.dtype) +
+                  flash4::device_name(device) + "  " + dtype +
                   "  batch " + std::to_string(o.batch) + "  seqlen_q " + std::to_string(o.seqlen_q) + "  seqlen_k " +
                   std::to_string(o.seqlen_k) + "  heads " + std::to_string(o.heads) + "/" +
                   std::to_string(o.heads_kv) + "  head_dim " + std::to_string(o.head_dim);
@@ -119,7 +123,7 @@ int run_attention(const RunOptions& o) {
   const int64_t lse_shape[3] = {o.batch, o.heads, o.seqlen_q};
   const int64_t none[4] = {0, 0, 0, 0};
   Tensor q(o.dtype, device, 4, q_shape), k(o.dtype, device, 4, kv_shape), v(o.dtype, device, 4, kv_shape);
-  Tensor out(o.dtype, device, 4, q_shape), lse(DType::kFloat32, device, 3, lse_shape);
+  Tensor out(output_dtype(o.dtype), device, 4, q_shape), lse(DType::kFloat32, device, 3, lse_shape);
   Tensor dout(o.dtype, device, 4, o.backward ? q_shape : none);
   Tensor dq(o.dtype, device, 4, o.backward ? q_shape : none), dk(o.dtype, device, 4, o.backward ? kv_shape : none),
       dv(o.dtype, device, 4, o.backward ? kv_shape : none);

@@ -41,6 +41,14 @@ TEST(CliOptions, OutOfRangeNumbersNamed) {
   EXPECT_EQ(error_of({"--batch", "12x"}), "--batch: expected a number, got '12x'");
 }
 
+TEST(CliOptions, Dtypes) {
+  EXPECT_EQ(parse({"--dtype", "fp8"}).dtype, flash4::DType::kFloat8E4M3);
+  EXPECT_EQ(parse({"--dtype=fp16"}).dtype, flash4::DType::kFloat16);
+  EXPECT_EQ(error_of({"--dtype", "e5m2"}), "--dtype: expected bf16, fp16, fp32 or fp8, got 'e5m2'");
+  EXPECT_EQ(error_of({"--dtype", "fp8", "--backward"}),
+            "--dtype fp8 runs the forward only (there is no FP8 backward); drop --backward");
+}
+
 TEST(CliOptions, ForwardKnobsRefusedWithBackward) {
   EXPECT_EQ(error_of({"--backward", "--exp2", "poly"}), "--exp2 applies to the forward only; drop it with --backward");
   EXPECT_EQ(error_of({"--exp2=exact", "--backward"}), "--exp2 applies to the forward only; drop it with --backward");
