@@ -4,7 +4,7 @@
 // (d, keys) in shared memory. Transposing in the kernel would take a warpgroup's shared-memory traffic per tile
 // (the producer is one thread issuing TMA); a copy costs one read and one write of V per call (1 byte per
 // element), which the matmuls' O(seqlen) reuse of every V tile amortizes beyond short sequences. The copy also
-// takes two jobs off the kernel: its key columns are stored in the order the P fragments need (fp8_key_of_column),
+// takes two jobs off the kernel: its key columns are stored in the order the P fragments need (fwd_fp8_key_order.h),
 // and its rows past seqlen_k are zeros, so a tile's tail needs no clearing.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/fwd/fwd_config.h"
 #include "kernels/sm90/fwd/fwd_fp8.h"
+#include "kernels/sm90/fwd/fwd_fp8_key_order.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 #include "kernels/stream_workspace.h"
@@ -33,26 +34,7 @@ namespace {
 
 constexpr int kKeyTile = 128;  // the FP8 kernels' block_n: V^T's length is padded to whole tiles
 
-// The key whose V row lands in column `c` of V^T. Within each 16 keys, column 4t + i holds key 2t + (i & 1) +
-// 8 (i >> 1): the keys one thread's P fragment register holds (FwdMma::convert_p), so the renumbering cancels.
-__host__ __device__ constexpr int fp8_key_of_column(int c) {
-  const int r = c & 15;
-  return (c - r) + 2 * (r >> 2) + (r & 1) + 8 * ((r >> 1) & 1);
-}
-
-// Every column reads a distinct key: the renumbering is a permutation of each 16 keys.
-constexpr bool key_order_is_a_permutation() {
-  bool seen[16] = {};
-  for (int c = 0; c < 16; ++c) {
-    const int k = fp8_key_of_column(c);
-    if (k < 0 || k >= 16 || seen[k]) return false;
-    seen[k] = true;
-  }
-  return true;
-}
-static_assert(key_order_is_a_permutation());
-
-// vt[b][hk][d][c] = v[b][key_of_column(c)][hk][d] for c < padded (zero past seqlen_k), one CTA per 64 keys x
+// vt[b][hk][d][c] = v[b][sm90::fp8::key_of_column(c)][hk][d] for c < padded (zero past seqlen_k), one CTA per 64 keys x
 // 64 columns of d of one (b, hk). v: e4m3 bytes with element strides, d contiguous, rows 16-byte aligned.
 __global__ void __launch_bounds__(256) fp8_v_transpose_kernel(const uint8_t* v, int64_t stride_b, int64_t stride_s,
                                                               int64_t stride_h, int seqlen_k, int head_dim,
@@ -73,7 +55,7 @@ __global__ void __launch_bounds__(256) fp8_v_transpose_kernel(const uint8_t* v, 
   for (int w = 0; w < 4; ++w) {
     uint32_t word = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) word |= uint32_t{tile[fp8_key_of_column(part + 4 * w + i)][row]} << (8 * i);
+    for (int i = 0; i < 4; ++i) word |= uint32_t{tile[sm90::fp8::key_of_column(part + 4 * w + i)][row]} << (8 * i);
     out[w] = word;
   }
   uint8_t* dst = vt + ((static_cast<int64_t>(b) * heads_kv + hk) * head_dim + d0 + row) * padded + key0 + part;

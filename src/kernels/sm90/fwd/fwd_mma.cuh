@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "hw/sm90/wgmma.cuh"
+#include "kernels/sm90/fwd/fwd_fp8_key_order.h"
 #include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90 {
@@ -80,19 +81,19 @@ struct FwdMma {
 
   // P in fp32 accumulator layout -> 16-bit A fragments: k-step j takes accumulator elements 8j .. 8j+7 in order
   // (the f32 accumulator layout of wgmma equals the A-fragment layout for 16-bit inputs).
-  // FP8: k-step j (32 keys) takes accumulator elements 16j .. 16j+15 (column blocks of 8 keys: 4b, 4b+1 row g,
-  // 4b+2, 4b+3 row g+8, keys 8b + 2t + {0, 1}), but an e4m3 A register holds four consecutive keys of one row
-  // (keys 4t..4t+3 and 16+4t.., rows g and g+8). Instead of moving bytes between threads the keys are renumbered:
-  // register r takes row g + 8 (r % 2)'s pairs from blocks 2 (r / 2) and 2 (r / 2) + 1, and V^T's columns are
-  // stored in the same order (fwd_fp8.cu, fp8_key_of_column), so P V sums the same products.
+  // FP8: k-step j (32 keys) takes accumulator elements 16j .. 16j+15, whose keys are not the four consecutive
+  // columns an e4m3 A register holds; instead of moving bytes between threads the keys are renumbered
+  // (fwd_fp8_key_order.h: register r byte i carries element p_fragment_element(r, i), and V^T's columns are
+  // stored in the matching order), so P V sums the same products.
   static __device__ __forceinline__ void convert_p(const float (&acc_s)[kBlockN / 2], PFrag& p_frag) {
     if constexpr (kFp8) {
 #pragma unroll
       for (int j = 0; j < kBlockN / kKStep; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int e = 16 * j + 8 * (r / 2) + 2 * (r % 2);  // row r % 2 of column blocks 2 (r / 2), + 1
-          p_frag[j][r] = pack4_e4m3(acc_s[e], acc_s[e + 1], acc_s[e + 4], acc_s[e + 5]);
+          const int e = 16 * j;
+          p_frag[j][r] = pack4_e4m3(acc_s[e + fp8::p_fragment_element(r, 0)], acc_s[e + fp8::p_fragment_element(r, 1)],
+                                    acc_s[e + fp8::p_fragment_element(r, 2)], acc_s[e + fp8::p_fragment_element(r, 3)]);
         }
     } else {
 #pragma unroll
