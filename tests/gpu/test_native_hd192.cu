@@ -23,7 +23,8 @@ std::vector<CaseSpec> native_cases() {
     c.push_back(make_spec(2, 200, 333, 4, 2, 192, dt));  // tails in Q and K/V tiles
     c.push_back(make_spec(1, 300, 300, 6, 2, 192, dt, true));
     c.push_back(make_spec(2, 130, 700, 4, 1, 192, dt, true));  // MQA, causal with seqlen_q < seqlen_k
-    c.push_back(with(make_spec(1, 257, 190, 2, 1, 192, dt), [](CaseSpec& s) { s.window_left = 40, s.window_right = 7; }));
+    c.push_back(
+        with(make_spec(1, 257, 190, 2, 1, 192, dt), [](CaseSpec& s) { s.window_left = 40, s.window_right = 7; }));
     c.push_back(with(make_spec(1, 150, 260, 4, 4, 192, dt), [](CaseSpec& s) { s.softcap = 15.0f; }));
     c.push_back(with(make_spec(2, 100, 100, 4, 2, 192, dt, true), [](CaseSpec& s) { s.sink = true; }));
     c.push_back(with(make_spec(2, 97, 211, 4, 2, 192, dt), [](CaseSpec& s) { s.layout = Layout::kStrided; }));

@@ -62,7 +62,8 @@ struct FwdProducer {
   static __device__ __forceinline__ void load_vt(const FwdParams& p, Tile& dst, int row0, int head_kv, int batch,
                                                  uint64_t* full) {
 #pragma unroll
-    for (int c = 0; c < Traits::kVChunks; ++c) tma::load_4d(&dst[c][0][0], &p.tma_v, row0 + c * 128, 0, head_kv, batch, full);
+    for (int c = 0; c < Traits::kVChunks; ++c)
+      tma::load_4d(&dst[c][0][0], &p.tma_v, row0 + c * 128, 0, head_kv, batch, full);
   }
 
   static __device__ __forceinline__ void run(const FwdParams& p, SharedStorage& s,
