@@ -2,8 +2,8 @@
 q/k/v_descale (FlashAttention 3's interface), out bf16. Judged against the float64 reference of the dequantized
 inputs (FP8 value * descale) with the tolerance rule, the naive FP8 attention as its baseline (docs/numerics.md,
 "FP8 forward"); also bit equality with the fp32 path on the dequantized values, a misplaced descale caught by the
-rule, torch.compile, fp16 out through flash4.forward, forward-only refusals and argument errors. CPU (the GPU
-kernels do not run FP8: refused there)."""
+rule, torch.compile, fp16 out through flash4.forward, forward-only refusals and argument errors. CPU, and the
+Hopper kernel behind FLASH4_EXPERIMENTAL_FP8_GPU=1 (refused without it)."""
 
 import zlib
 
@@ -283,3 +283,27 @@ def test_cuda_refuses_fp8():
     assert not flash4.can_implement(q, k, v)
     with pytest.raises(NotImplementedError):
         flash4.flash_attn_func(q, k, v)
+
+
+GPU_CASES = {
+    "d128-gqa-causal": dict(batch=2, seqlen_q=200, seqlen_k=333, heads=4, heads_kv=2, dim=128, causal=True),
+    "d256-window": dict(batch=1, seqlen_q=130, seqlen_k=260, heads=2, heads_kv=1, dim=256, window=(40, 7)),
+    "d128-softcap": dict(batch=1, seqlen_q=96, seqlen_k=150, heads=4, heads_kv=4, dim=128, softcap=15.0),
+    "d128-decode-rows": dict(batch=3, seqlen_q=2, seqlen_k=700, heads=8, heads_kv=1, dim=128),
+}
+
+
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("case", list(GPU_CASES))
+def test_cuda_fp8_opt_in_matches_reference(case, monkeypatch):
+    """The Hopper FP8 kernel (FLASH4_EXPERIMENTAL_FP8_GPU=1): the same reference and rule as the CPU cases."""
+    monkeypatch.setenv("FLASH4_EXPERIMENTAL_FP8_GPU", "1")
+    c = Fp8Case(**GPU_CASES[case])
+    host = (c.q, c.k, c.v, c.descales)
+    c.q, c.k, c.v = (t.cuda() for t in host[:3])
+    c.descales = tuple(d.cuda() for d in host[3])
+    assert flash4.can_implement(c.q, c.k, c.v)
+    out, lse = c.run_flash4()
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    c.q, c.k, c.v, c.descales = host  # the reference reads the host copies
+    c.check(out.cpu(), lse.cpu())
