@@ -44,7 +44,8 @@ struct TensorView {
 
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
+    // At most the four sizes: an absent optional tensor's rank is not validated and may be anything.
+    for (int i = 0; i < rank && i < 4; ++i) n *= shape[i];
     return n;
   }
   bool defined() const { return data != nullptr || numel() == 0; }

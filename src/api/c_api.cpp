@@ -1,6 +1,7 @@
 // The C API (flash4/c_api.h): converts the plain-C structs to the C++ ones and exceptions to status codes.
 #include "flash4/c_api.h"
 
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -197,7 +198,8 @@ flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device
   for (int i = rank - 1; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.stride[i] = stride;
-    stride *= shape[i];
+    // Saturates instead of overflowing (undefined behaviour): validation then refuses the tensor as too large.
+    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return t;
 }

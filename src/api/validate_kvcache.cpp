@@ -222,7 +222,9 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
   }
   if (p.paged && host(a.block_table)) {
     for (int64_t b = 0; b < s.batch; ++b) {
-      const int64_t pages = (p.seqlen_k(b) + p.page_size - 1) / p.page_size;  // the pages sequence b uses
+      // The pages sequence b uses, rounded up without adding page_size - 1 (which can pass int64's limit when
+      // max_pages * page_size is close to it).
+      const int64_t keys = p.seqlen_k(b), pages = keys / p.page_size + (keys % p.page_size != 0 ? 1 : 0);
       if (pages <= 0) continue;  // no row to read (an empty table may have no data at all)
       const int* row = p.block_table + b * p.block_table_stride;
       for (int64_t j = 0; j < pages; ++j) {
@@ -237,10 +239,15 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
   if (p.rotary_dim > 0 && host(a.q)) {
     for (int64_t b = 0; b < s.batch; ++b) {
       const int64_t q_last = p.rotary_q_per_row() ? s.seqlen_q - 1 : 0;
-      const int64_t last = p.cache_length(b) + std::max<int64_t>(p.seqlen_new - 1, q_last);
-      FLASH4_REQUIRE(c, last < p.seqlen_ro,
+      const int64_t offset = std::max<int64_t>(p.seqlen_new - 1, q_last);
+      // An empty q (no heads) leaves seqlen_q unbounded by its extent: the position may pass int64's limit.
+      int64_t last = 0;
+      const bool beyond = __builtin_add_overflow(p.cache_length(b), offset, &last);
+      FLASH4_REQUIRE(c, !beyond && last < p.seqlen_ro,
                      "rotary_cos.shape[0] (seqlen_ro) = " + to_string(p.seqlen_ro) + " but sequence " + to_string(b) +
-                         " needs the rotary angle of position " + to_string(last));
+                         " needs the rotary angle of position " +
+                         (beyond ? to_string(p.cache_length(b)) + " + " + to_string(offset) + " (beyond int64)"
+                                 : to_string(last)));
     }
   }
   if (present(a.learnable_sink)) {

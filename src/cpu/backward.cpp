@@ -57,7 +57,7 @@ RowStats row_stats(const BackwardArgs& args, const Problem& p, std::vector<doubl
   st.rows = grid.rows;
   st.lse_log2.assign(n, kNegInf);
   st.delta.assign(n, 0.0f);
-  const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM, tasks = p.batch * p.heads * q_tiles;
+  const int64_t q_tiles = (longest_entry(p, false) + kBlockM - 1) / kBlockM, tasks = p.batch * p.heads * q_tiles;
   std::vector<double> sink_partial(dsink ? tasks : 0, 0.0);
   const detail::SequenceLayout layout = p.layout();
   parallel_for(tasks, [&](int64_t task) {
@@ -196,13 +196,13 @@ void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
     zero_uncovered(args.dk, covered, row_grid(p, true));
     zero_uncovered(args.dv, covered, row_grid(p, true));
   }
-  const int64_t k_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const int64_t k_tiles = (longest_entry(p, true) + kBlockN - 1) / kBlockN;
   parallel_for(p.batch * p.heads_kv * k_tiles, [&](int64_t task) {
     BackwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t bhk = task / k_tiles;
     dkdv_tile(args, p, st, bhk / p.heads_kv, bhk % p.heads_kv, task % k_tiles * kBlockN, tiles);
   });
-  const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t q_tiles = (longest_entry(p, false) + kBlockM - 1) / kBlockM;
   parallel_for(p.batch * p.heads * q_tiles, [&](int64_t task) {
     BackwardTiles tiles(p.head_dim, p.head_dim_v);
     const int64_t bh = task / q_tiles;

@@ -130,7 +130,7 @@ void cpu_forward(const ForwardArgs& user_args, const Problem& p) {
     zero_uncovered(args.out, covered, row_grid(p, false));
     fill_uncovered_lse(args.lse, covered, row_grid(p, false));
   }
-  const int64_t q_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t q_tiles = (longest_entry(p, false) + kBlockM - 1) / kBlockM;
   const int64_t tasks = p.batch * p.heads * q_tiles;
   parallel_for(tasks, [&](int64_t task) {
     ForwardTiles tiles(p.head_dim, p.head_dim_v);

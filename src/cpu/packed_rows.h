@@ -5,6 +5,7 @@
 // segments) are found here too, so the backends can give them their defined values (out 0, lse -inf, grads 0).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -55,6 +56,18 @@ struct RowGrid {
 inline RowGrid row_grid(const detail::Problem& p, bool keys) {
   if (p.varlen()) return {1, keys ? p.total_k : p.total_q};
   return {p.batch, keys ? p.seqlen_k : p.seqlen_q};
+}
+
+// The most query (keys = false) or key rows one entry uses: tasks are sized by it, not by a packed call's
+// max_seqlen, which only bounds the segments (up to 2^31 - 1 for a few tokens: millions of empty tasks).
+inline int64_t longest_entry(const detail::Problem& p, bool keys) {
+  const detail::SequenceLayout layout = p.layout();
+  int64_t longest = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const detail::SequenceInfo s = layout.info(b);
+    longest = std::max(longest, keys ? s.seqlen_k : s.seqlen_q);
+  }
+  return longest;
 }
 
 // covered[entry * rows + row]: whether that query (or key) row belongs to some entry's used tokens.

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "check/problem_from_args.h"
 #include "flops.h"
@@ -53,6 +54,18 @@ TEST(CliFlops, WindowsCountVisiblePairs) {
     EXPECT_EQ(flash4_cli::attention_flops(a, false), per_pair * reference_pairs(a))
         << c.sq << " x " << c.sk << " window " << c.left << "," << c.right << (c.causal ? " causal" : "");
   }
+}
+
+// An empty batch leaves the lengths unbounded by any tensor: the window's sides are compared with the distance
+// to the edges, never added to a diagonal near int64's limit, and the rows of an empty batch are not walked.
+TEST(CliFlops, HugeLengthsOfAnEmptyBatch) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(flash4_cli::visible_pairs(1, big, 0, 5, false), 1.0);  // the last key only: it is the diagonal
+  EXPECT_EQ(flash4_cli::visible_pairs(2, big, 3, 7, false), 9.0);  // 5 + 4 keys of the two rows
+  EXPECT_EQ(flash4_cli::visible_pairs(3, 0, 1, 1, false), 0.0);
+  flash4::ForwardArgs a = shape_args(int64_t{1} << 62, big, 1, 1, false);
+  a.q.shape[0] = a.k.shape[0] = 0;
+  EXPECT_EQ(flash4_cli::attention_flops(a, true), 0.0);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -91,6 +93,22 @@ TEST(CApi, ContiguousTensorHasRowMajorStrides) {
     EXPECT_EQ(t.stride[i], like.stride[i]);
   }
   EXPECT_EQ(t.device_index, 1);
+}
+
+// Strides past int64 saturate, as make_view's do, and validation refuses the tensor as too large.
+TEST(CApi, ContiguousTensorSaturatesHugeStrides) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const int64_t shape[4] = {big, big, 3, 8};
+  const flash4_tensor t = flash4_tensor_contiguous(nullptr, FLASH4_BFLOAT16, FLASH4_DEVICE_CPU, 0, 4, shape);
+  EXPECT_EQ(t.stride[3], 1);
+  EXPECT_EQ(t.stride[2], 8);
+  EXPECT_EQ(t.stride[1], 24);
+  EXPECT_EQ(t.stride[0], big);
+  flash4_forward_args f;
+  flash4_forward_args_init(&f);
+  f.q = f.k = f.v = f.out = t;
+  EXPECT_EQ(flash4_can_implement_forward(&f), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("q is too large"), std::string::npos) << flash4_last_error();
 }
 
 TEST(CApi, ReturnsOkOnSuccessAndMatchesTheCppApi) {

@@ -125,6 +125,32 @@ TEST(KvCacheValidation, HugePageTableOfAnEmptyBatch) {
   }
 }
 
+// Pages of a size that is not a power of two, max_pages * page_size just below int64's limit: the pages a
+// sequence uses are counted without adding page_size - 1 (which overflowed), and its first page is checked.
+TEST(KvCacheValidation, PageCountNearInt64Limit) {
+  std::vector<uint16_t> q(8), out(8), cache(2 * 8);
+  std::vector<int32_t> table(10, 0);
+  table[0] = -1;
+  const int64_t page_size = int64_t{3} << 58;  // 10 pages hold 30 * 2^58 keys, within int64
+  KvCacheArgs a;
+  a.q = make_view(q.data(), DType::kBFloat16, Device::cpu(), 1, 1, 1, 8);
+  a.out = make_view(out.data(), DType::kBFloat16, Device::cpu(), 1, 1, 1, 8);
+  a.k_cache = make_view(cache.data(), DType::kBFloat16, Device::cpu(), 1, page_size, 1, 8);
+  a.k_cache.stride[0] = a.k_cache.stride[1] = a.k_cache.stride[2] = 0;  // every row the same 8 elements
+  a.v_cache = a.k_cache;
+  a.v_cache.data = cache.data() + 8;
+  a.block_table = make_view(table.data(), DType::kInt32, Device::cpu(), 1, 10);
+  a.cache_seqlen = -1;  // the whole capacity
+  try {
+    (void)can_implement(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("block_table[0][0] = -1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("uses its first 10 pages"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KvCacheValidation, CacheLengths) {
   const KvCaseSpec s = contiguous_spec();
   expect_refused(
@@ -233,6 +259,35 @@ TEST(KvCacheValidation, Rotary) {
         }
       },
       "rotary_dim");
+}
+
+// A q without heads spans no memory whatever its length: the rotary position cache_length + seqlen_q - 1 of a
+// windowed call must not overflow, and is refused naming the table.
+TEST(KvCacheValidation, RotaryPositionOfAHugeEmptyQuery) {
+  std::vector<float> cache(2 * 8 * 8), new_kv(2 * 8), table(2 * 16 * 2);
+  KvCacheArgs a;
+  a.q = make_view(nullptr, DType::kFloat32, Device::cpu(), 1, std::numeric_limits<int64_t>::max(), 0, 8);
+  a.out = a.q;
+  a.k_cache = make_view(cache.data(), DType::kFloat32, Device::cpu(), 1, 8, 1, 8);
+  a.v_cache = make_view(cache.data() + 64, DType::kFloat32, Device::cpu(), 1, 8, 1, 8);
+  a.k = make_view(new_kv.data(), DType::kFloat32, Device::cpu(), 1, 1, 1, 8);
+  a.v = make_view(new_kv.data() + 8, DType::kFloat32, Device::cpu(), 1, 1, 1, 8);
+  a.rotary_cos = make_view(table.data(), DType::kFloat32, Device::cpu(), 16, 2);
+  a.rotary_sin = make_view(table.data() + 32, DType::kFloat32, Device::cpu(), 16, 2);
+  a.cache_seqlen = 3;
+  a.window_left = 0;  // q row i takes the angle of position cache_length + i
+  for (int call = 0; call < 2; ++call) {
+    try {
+      if (call == 0) (void)can_implement(a);
+      else forward_kvcache(a);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("rotary_cos.shape[0] (seqlen_ro) = 16"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(beyond int64)"), std::string::npos) << e.what();
+    }
+  }
+  for (float x : cache) EXPECT_EQ(x, 0.0f);  // the append did not run
 }
 
 // Without a usable GPU (a CPU-only build, or no sm_90 device), CUDA tensors pass validation (device-resident indices
