@@ -271,6 +271,10 @@ Problem validate(const ForwardArgs& args, Validation scope) {
   const char* const* dims = attention_dims(p.varlen());
   check_tensor(c, args.out, "out", args.q.rank, dims);
   check_fp8_forward(c, args, p);  // out's dtype (q's, or bf16 / fp16 for FP8 q) and the descales
+  // An enum from the C API or a cast: only the named modes mean something to the backends.
+  const int exp2 = static_cast<int>(args.tuning.exp2);
+  FLASH4_REQUIRE(c, exp2 >= 0 && exp2 <= static_cast<int>(Exp2Mode::kPolynomial),
+                 "tuning.exp2 = " + std::to_string(exp2) + " must be 0 (auto), 1 (exact) or 2 (polynomial)");
   check_same_device(c, args.out, "out", args.q, "q");
   check_shape_with_head_dim_of(c, args.out, "out", args.q, "q", args.v, "v", dims);
   const bool has_lse = present(args.lse);

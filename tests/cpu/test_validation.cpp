@@ -117,6 +117,15 @@ void expect_invalid(const Case& c, std::initializer_list<std::string> substrings
 
 // ---- forward: dtypes ---------------------------------------------------------------------------------------
 
+// An Exp2Mode outside the named ones (a cast, or the C API's int) is refused, naming the field.
+TEST(ValidateForward, RejectsAnUnknownExp2Mode) {
+  for (int mode : {-1, 3, 1000}) {
+    ForwardCase c;
+    c.args.tuning.exp2 = static_cast<Exp2Mode>(mode);
+    expect_invalid(c, {"tuning.exp2 = " + std::to_string(mode), "must be 0 (auto), 1 (exact) or 2 (polynomial)"});
+  }
+}
+
 TEST(ValidateForward, ValidInputPassesValidation) {
   ForwardCase c;
   EXPECT_NO_THROW((void)detail::validate(c.args));
