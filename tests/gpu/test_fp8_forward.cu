@@ -40,6 +40,10 @@ class DeviceFp8Case {
     }
     if (args_.learnable_sink.data != nullptr)
       repoint(args_.learnable_sink, t.sink.data(), t.sink.size() * sizeof(float));
+    if (args_.cu_seqlens_q.data != nullptr) {  // a packed case (refused by the FP8 kernels, validated first)
+      repoint(args_.cu_seqlens_q, t.cu_q.data(), t.cu_q.size() * sizeof(int));
+      repoint(args_.cu_seqlens_k, t.cu_k.data(), t.cu_k.size() * sizeof(int));
+    }
   }
   ~DeviceFp8Case() {
     for (void* p : buffers_) cudaFree(p);
@@ -109,7 +113,7 @@ TEST_P(GpuFp8Forward, MatchesReferenceOfDequantizedInputs) {
   ASSERT_TRUE(dev.ok());
   const Support s = can_implement(dev.args());
   ASSERT_TRUE(s.ok) << s.reason;
-  forward(dev.args(), nullptr);
+  forward(dev.args());
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   FLASH4_TEST_CUDA(dev.download());
   EXPECT_TRUE(check_fp8(t, t.out_values(), t.lse_values()));
@@ -130,7 +134,7 @@ TEST(GpuFp8Forward, RefusesWhatTheKernelsDoNotTake) {
     DeviceFp8Case dev(t);
     EXPECT_TRUE(dev.ok());
     const Support s = can_implement(dev.args());
-    EXPECT_THROW(forward(dev.args(), nullptr), Error);
+    EXPECT_THROW(forward(dev.args()), Error);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dev.download(), cudaSuccess);
     for (uint16_t o : t.out) EXPECT_EQ(o, 0x7fc1) << "out written";  // still the poison
