@@ -3,7 +3,7 @@
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...] [--dims D1,D2,...]
 //                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]] [--fp8]
-//   --dims: head dims (default 64,128,256; 96 and 192 run zero-padded on the 128 / 256 kernels); heads = 2048 / d
+//   --dims: head dims (default 64,128,256; 96 runs zero-padded on the 128 kernel, 192 on its own); heads = 2048 / d
 //           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.
@@ -30,7 +30,6 @@
 #include "api/backends.h"
 #include "flash4/api.h"
 #include "kernels/sm90/fwd/fwd_launch.cuh"
-#include "kernels/sm90/fwd/fwd_native_hd192.cuh"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 #include "host_costs.cuh"
 
@@ -173,7 +172,6 @@ double median_ms(const Inputs& in, int iters, flash4::Tuning tuning, Launcher la
 }
 
 void library_forward(const flash4::ForwardArgs& a) { flash4::forward(a); }
-void native_hd192_forward(const flash4::ForwardArgs& a) { flash4::sm90::native_hd192_forward(a); }
 
 struct Variant {
   std::string name;
@@ -388,7 +386,6 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<Variant> variants = {{"flash4", {}, &library_forward}};
-    if (sh.d == 192) variants.push_back({"flash4_native192", {}, &native_hd192_forward});  // the candidate
     if (ablation) {
       auto more = ablation_variants(sh);
       variants.insert(variants.end(), more.begin(), more.end());
@@ -397,7 +394,7 @@ int main(int argc, char** argv) {
       auto more = tile_candidates(sh);
       variants.insert(variants.end(), more.begin(), more.end());
     }
-    // Kernel variants exist for the compiled widths only (not for the zero-padded 96 and 192).
+    // Kernel variants exist for 64, 128 and 256 only.
     variants.erase(std::remove_if(variants.begin(), variants.end(), [](const Variant& v) { return v.launch == nullptr; }),
                    variants.end());
     const Inputs inputs(sh);

@@ -77,7 +77,6 @@ class Fp8Inputs {
 };
 
 inline void run(const std::vector<int>& seqlens, int iters, int rounds) {
-  setenv("FLASH4_EXPERIMENTAL_FP8_GPU", "1", 1);
   for (int d : {128, 256}) {
     for (int s : seqlens) {
       for (bool causal : {false, true}) {

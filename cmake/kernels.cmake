@@ -6,8 +6,13 @@ file(GLOB_RECURSE FLASH4_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/sr
 # everything else is a runtime value).
 set(FLASH4_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 set(FLASH4_FWD_CONFIGS "")
+# The forward also has a native 192 kernel, built with the 256 one (192 would otherwise run zero-padded on it).
+set(FLASH4_FWD_HEAD_DIMS ${FLASH4_HEAD_DIMS})
+if("256" IN_LIST FLASH4_HEAD_DIMS)
+  list(APPEND FLASH4_FWD_HEAD_DIMS 192)
+endif()
 foreach(dtype IN LISTS FLASH4_DTYPES)
-  foreach(hdim IN LISTS FLASH4_HEAD_DIMS)
+  foreach(hdim IN LISTS FLASH4_FWD_HEAD_DIMS)
     foreach(masked IN ITEMS false true)
       set(tu ${FLASH4_GENERATED_DIR}/fwd_${dtype}_hd${hdim}_masked_${masked}.cu)
       if(dtype STREQUAL "bf16")

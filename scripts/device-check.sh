@@ -232,7 +232,7 @@ for r in map(json.loads, open(sys.argv[1])):
 PY
       ;;
     fp8)
-      timeout "${TEST_LIMIT_S:-300}" "$BUILD_DIR/tests/flash4_gpu_tests" --gtest_filter='GpuFp8Forward*' \
+      timeout "${TEST_LIMIT_S:-300}" "$BUILD_DIR/tests/flash4_gpu_tests" --gtest_filter='*GpuFp8Forward*' \
         >"$OUT/fp8-tests.log" 2>&1
       summary+=("fp8 tests: rc=$?; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/fp8-tests.log" | tr '\n' ' ')")
       grep -E "FAILED|Failure" "$OUT/fp8-tests.log" | head -20

@@ -114,10 +114,14 @@ bool check_forward(const flash4::ForwardArgs& args, const HostResults& r) {
   std::fprintf(stderr, "computing the fp64 reference and the naive %s baseline...\n", flash4::dtype_name(dtype));
 
   const flash4::check::ForwardResult ref = flash4::check::reference_forward(p, r.q, r.k, r.v, rows);
-  // FP8: the naive FP8 attention writing out's dtype (docs/numerics.md, "FP8 forward"); inputs have descale 1.
+  // FP8: the naive FP8 attention writing out's dtype (docs/numerics.md, "FP8 forward"), in the model of the
+  // arithmetic that ran (a GPU's tensor cores or the CPU's fp32); inputs have descale 1.
   const DType out_dtype = args.out.dtype;
+  const flash4::check::Fp8Arithmetic fp8_arithmetic = args.q.device.kind == flash4::DeviceKind::kCuda
+                                                          ? flash4::check::Fp8Arithmetic::hopper_tensor_cores()
+                                                          : flash4::check::Fp8Arithmetic::fp32();
   const flash4::check::ForwardResult naive =
-      dtype == DType::kFloat8E4M3 ? flash4::check::naive_fp8_forward(p, out_dtype, r.q, r.k, r.v, rows)
+      dtype == DType::kFloat8E4M3 ? flash4::check::naive_fp8_forward(p, out_dtype, r.q, r.k, r.v, rows, fp8_arithmetic)
                                   : flash4::check::naive_forward(p, dtype, r.q, r.k, r.v, rows);
 
   std::vector<int64_t> out_indices, lse_indices;  // elements of the sampled rows

@@ -41,8 +41,8 @@
 // type), lse fp32. q_descale / k_descale / v_descale (fp32 (batch, heads_kv), optional, 1 when not given; packed:
 // batch = the number of segments) give the real inputs: q[b, i, h, :] * q_descale[b, h / (heads / heads_kv)],
 // k[b, j, hk, :] * k_descale[b, hk], v likewise. The backward takes no FP8. CPU: dequantize, then the same
-// algorithm in fp32. GPU: head dims 128 and 256, dense batches, bf16 out, and only where the environment sets
-// FLASH4_EXPERIMENTAL_FP8_GPU=1 (the kernel is new; can_implement gives the reason otherwise).
+// algorithm in fp32. GPU: head dims 128 and 256, dense batches, bf16 out (can_implement gives the reason
+// otherwise).
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace flash4::check {
 namespace {
@@ -56,8 +57,13 @@ detail::Problem with_sequences(detail::Problem p, const Args& a) {
 }  // namespace
 
 detail::Problem make_problem(const ForwardArgs& a) {
-  return with_sequences(
+  detail::Problem p = with_sequences(
       problem_from(a.q, a.k, a.v, a.softmax_scale, a.causal, a.window_left, a.window_right, a.softcap), a);
+  // FP8's descale factors, as validation fills them (null data = 1).
+  for (const auto& [t, slot] : {std::pair{&a.q_descale, &p.q_descale}, std::pair{&a.k_descale, &p.k_descale},
+                                std::pair{&a.v_descale, &p.v_descale}})
+    if (t->data != nullptr) *slot = detail::Descale{static_cast<const float*>(t->data), t->stride[0], t->stride[1]};
+  return p;
 }
 
 detail::Problem make_problem(const BackwardArgs& a) {

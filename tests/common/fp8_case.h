@@ -146,12 +146,15 @@ struct Fp8Problem {
   std::vector<double> lse_values() const { return reference::to_double(args.lse); }
 };
 
+// `arithmetic`: the naive baseline's model, fp32 for the CPU path, hopper_tensor_cores for the GPU kernels
+// (src/check/naive_fp8_attention.h).
 inline ::testing::AssertionResult check_fp8(const Fp8Problem& t, const std::vector<double>& out,
-                                     const std::vector<double>& lse) {
+                                            const std::vector<double>& lse,
+                                            check::Fp8Arithmetic arithmetic = check::Fp8Arithmetic::fp32()) {
   const detail::Problem p = check::make_problem(t.args);
   const std::vector<double> q = t.real_q(), k = t.real_k(), v = t.real_v();
   const ForwardResult ref = reference_forward(p, q, k, v);
-  const ForwardResult naive = check::naive_fp8_forward(p, t.s.out, q, k, v);
+  const ForwardResult naive = check::naive_fp8_forward(p, t.s.out, q, k, v, {}, arithmetic);
   auto o = within_tolerance("out", out, ref.out, naive.out, t.s.out);
   if (!o) return o << " [" << t.s.name() << "]";
   auto l = within_tolerance("lse", lse, ref.lse, naive.lse, DType::kFloat32);

@@ -3,6 +3,7 @@
 // the naive FP8 attention as the baseline (src/check/naive_fp8_attention.h): dense and packed, causal, window,
 // softcap, GQA, the sink, split head dims, bf16 and fp16 outputs, with and without descale factors. Also: the
 // FP8 path equals the fp32 path on the dequantized values bit for bit, and the rule catches a dropped descale.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -105,6 +106,52 @@ TEST(CpuFp8Forward, TheRuleCatchesADroppedDescale) {
   t.args.v_descale = TensorView{};
   forward(t.args);
   EXPECT_FALSE(check_fp8(t, t.out_values(), t.lse_values()));
+  // Also against the GPU kernels' baseline, whose tensor-core model is looser.
+  EXPECT_FALSE(check_fp8(t, t.out_values(), t.lse_values(), check::Fp8Arithmetic::hopper_tensor_cores()));
+}
+
+// The baseline's tensor-core model (naive_fp8_attention.h), on inputs built to show each of its two effects.
+// One query, no descales, head dim 64 (scale 1/8).
+struct TinyFp8 {
+  Fp8Problem t;
+  explicit TinyFp8(int64_t keys, Rng& rng) : t(fp8_with(fp8_spec(1, keys, 1, 1, 64, 64), [](Fp8Spec& s) {
+                                                  s.batch = 1, s.descale = false;
+                                                }), rng) {
+    std::fill(t.q.begin(), t.q.end(), uint8_t{0});
+    std::fill(t.k.begin(), t.k.end(), uint8_t{0});
+    std::fill(t.v.begin(), t.v.end(), uint8_t{0});
+  }
+  ForwardResult naive(check::Fp8Arithmetic a) const {
+    return check::naive_fp8_forward(check::make_problem(t.args), t.s.out, t.real_q(), t.real_k(), t.real_v(), {}, a);
+  }
+};
+
+// S = 1 * 1 + 2^-7 * 2^-7: the second product lies 14 bits below the first, past the 13 fraction bits a k-step
+// keeps, so the tensor-core model drops it; fp32 keeps it. One key: lse = S / 8.
+TEST(NaiveFp8Model, AKStepKeepsThirteenBitsBelowItsLargestProduct) {
+  FLASH4_TEST_RNG(rng);
+  TinyFp8 c(1, rng);
+  c.t.q[0] = c.t.k[0] = float_to_e4m3_bits(1.0f);
+  c.t.q[1] = c.t.k[1] = float_to_e4m3_bits(0x1p-7f);
+  EXPECT_EQ(c.naive(check::Fp8Arithmetic::fp32()).lse[0], static_cast<double>((1.0f + 0x1p-14f) / 8));
+  EXPECT_EQ(c.naive(check::Fp8Arithmetic::hopper_tensor_cores()).lse[0], 0.125);
+}
+
+// Key 128 (the last 128-key tile, walked first) scores 0, key 0 scores 3, keys 1..127 -56: the row max grows by
+// 3 / ln 2 < 8 (log2), so the tiled model keeps key 128's reference and key 0's numerator e^3 = 20.09 is rounded
+// to E4M3's 20; with the row's max as reference (fp32 model) it is 1, exact. v = 1 on key 0 only: out = P~0 / l.
+TEST(NaiveFp8Model, ALaggingReferenceMaxRoundsTheLargestNumerator) {
+  FLASH4_TEST_RNG(rng);
+  TinyFp8 c(129, rng);
+  c.t.q[0] = float_to_e4m3_bits(1.0f);
+  c.t.k[0] = float_to_e4m3_bits(24.0f);
+  for (int64_t j = 1; j < 128; ++j) c.t.k[j * 64] = float_to_e4m3_bits(-448.0f);
+  for (int64_t x = 0; x < 64; ++x) c.t.v[x] = float_to_e4m3_bits(1.0f);
+  const double l = 1.0 + std::exp(3.0);  // keys 1..127 add e^-59 each
+  EXPECT_NEAR(c.naive(check::Fp8Arithmetic::fp32()).out[0], bf16_bits_to_float(float_to_bf16_bits(
+                                                                static_cast<float>(std::exp(3.0) / l))), 1e-9);
+  EXPECT_NEAR(c.naive(check::Fp8Arithmetic::hopper_tensor_cores()).out[0],
+              bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(20.0 / l))), 1e-9);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace flash4::sm90 {
 namespace {
 
 constexpr int kSmemLimit = 232448;  // per-block opt-in maximum of sm_90
-constexpr int kHeadDims[] = {64, 128, 256};
+constexpr int kHeadDims[] = {64, 128, 192, 256};
 
 void check_config(const FwdTileConfig& c, int head_dim) {
   SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", tile " + std::to_string(c.block_m) + " x " +

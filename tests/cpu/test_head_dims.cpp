@@ -178,12 +178,12 @@ TEST(Sm90HeadDims, RefusesOtherHeadDimsAndSplitsWithTheSupportedList) {
     EXPECT_EQ(sm90::head_dim_refusal(p, "forward"), "") << d;
     EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d;
   }
-  for (int64_t d : {8, 32, 80, 160, 248}) {
+  for (int64_t d : {4, 12, 264}) {  // validation refuses these first; the GPU's own check says the same
     p.head_dim = p.head_dim_v = d;
     const std::string why = sm90::head_dim_refusal(p, "backward");
     EXPECT_NE(why.find("head_dim " + std::to_string(d) + " is not supported by the GPU backward"), std::string::npos)
         << why;
-    EXPECT_NE(why.find("64, 96, 128, 192 or 256"), std::string::npos) << why;
+    EXPECT_NE(why.find("multiples of 8 from 8 to 256"), std::string::npos) << why;
   }
   for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {128, 64}}) {
     p.head_dim = d, p.head_dim_v = dv;
@@ -197,24 +197,20 @@ TEST(Sm90HeadDims, RefusesOtherHeadDimsAndSplitsWithTheSupportedList) {
   EXPECT_NE(why.find("GPU forward"), std::string::npos) << why;
 }
 
-// FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1 opens every multiple of 8 up to 256 (zero-padded on the next wider kernel);
-// without it they stay refused.
-TEST(Sm90HeadDims, TheOptInTakesEveryMultipleOf8UpTo256) {
+// The GPU takes every multiple of 8 up to 256 (zero-padded on the next wider kernel).
+TEST(Sm90HeadDims, TheGpuTakesEveryMultipleOf8UpTo256) {
   detail::Problem p;
-  setenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM", "1", 1);
   for (int64_t d : {8, 32, 40, 80, 104, 160, 200, 248}) {
     p.head_dim = p.head_dim_v = d;
     EXPECT_EQ(sm90::head_dim_refusal(p, "forward"), "") << d;
     EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d;
     EXPECT_NE(sm90::kernel_head_dim(d, d), 0) << d;
+    EXPECT_NE(sm90::fwd_kernel_head_dim(d, d), 0) << d;
   }
   p.head_dim = p.head_dim_v = 264;
   EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
   p.head_dim = 80, p.head_dim_v = 64;  // splits other than the listed ones stay refused
   EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
-  unsetenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM");
-  p.head_dim = p.head_dim_v = 80;
-  EXPECT_NE(sm90::head_dim_refusal(p, "forward").find("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1"), std::string::npos);
 }
 
 // The compiled width that runs each head-dim pair, and which pairs run zero-padded (head_dims.h).
@@ -230,6 +226,13 @@ TEST(Sm90HeadDims, PaddedPairsRunOnTheNextWiderKernel) {
   EXPECT_TRUE(sm90::padded_head_dims(96, 96));
   EXPECT_TRUE(sm90::padded_head_dims(128, 64));
   EXPECT_TRUE(sm90::padded_head_dims(192, 128));
+  // The forward has its own 192 kernel; the backward runs 192 on 256.
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(96, 96), 128);
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(136, 136), 192);
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(192, 192), 192);
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(192, 128), 192);
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(200, 200), 256);
+  EXPECT_EQ(sm90::fwd_kernel_head_dim(264, 264), 0);
 }
 
 }  // namespace

@@ -1,12 +1,10 @@
-// Head dims other than 64, 96, 128, 192 and 256 (every multiple of 8 up to 256) on the GPU with
-// FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1: zero-padded on the next wider kernel as 96 and 192 are (head_dims.h), so
-// narrower than one 64-column panel (8, 40), inside a panel of the 128 and 256 kernels (80, 104, 136, 200, 248).
-// Forward and backward against the fp64 reference, odd lengths, GQA, causal, window, softcap, the sink, a long
-// causal forward, the deterministic mode, strided tensors (row strides that are not the width). This is
-// what must pass before the opt-in becomes the default.
+// Head dims other than 64, 96, 128, 192 and 256 (every multiple of 8 up to 256) on the GPU: zero-padded on the
+// next wider kernel as 96 is (head_dims.h), so narrower than one 64-column panel (8, 40), inside a panel of the
+// 128, 192 (forward) and 256 kernels (80, 104, 136, 184, 200, 248). Forward and backward against the fp64 reference,
+// odd lengths, GQA, causal, window, softcap, the sink, a long causal forward, the deterministic mode, strided
+// tensors (row strides that are not the width).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,12 +15,7 @@
 namespace flash4::test {
 namespace {
 
-struct AnyHeadDims {
-  AnyHeadDims() { setenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM", "1", 1); }
-  ~AnyHeadDims() { unsetenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM"); }
-};
-
-constexpr int64_t kHeadDims[] = {8, 40, 80, 104, 136, 200, 248};
+constexpr int64_t kHeadDims[] = {8, 40, 80, 104, 136, 184, 200, 248};
 
 // A build whose FLASH4_HEAD_DIMS lacks the kernel a head dim runs on refuses it with "not compiled".
 bool compiled_for(int64_t d) {
@@ -39,7 +32,6 @@ class GpuAnyHeadDim : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(GpuAnyHeadDim, ForwardAndBackwardMatchReference) {
   if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
-  AnyHeadDims on;
   const int64_t d = GetParam();
   if (!compiled_for(d)) GTEST_SKIP() << "kernel width not compiled in this build";
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
@@ -64,19 +56,6 @@ TEST_P(GpuAnyHeadDim, ForwardAndBackwardMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, GpuAnyHeadDim, ::testing::ValuesIn(kHeadDims),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
-
-// Without the opt-in they are refused, naming it.
-TEST(GpuAnyHeadDimRefusal, RefusedWithoutTheOptIn) {
-  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
-  unsetenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM");
-  const Device gpu = Device::cuda(0);
-  ForwardArgs a;
-  a.q = make_view(nullptr, DType::kBFloat16, gpu, 1, 16, 2, 80);
-  a.k = a.v = a.out = a.q;
-  const Support s = can_implement(a, Validation::kWithoutBuffers);
-  EXPECT_FALSE(s.ok);
-  EXPECT_NE(s.reason.find("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1"), std::string::npos) << s.reason;
-}
 
 }  // namespace
 }  // namespace flash4::test

@@ -1,12 +1,11 @@
-// The FP8 (float8_e4m3fn) forward on the GPU (FLASH4_EXPERIMENTAL_FP8_GPU=1): the CPU tests' FP8 cases
+// The FP8 (float8_e4m3fn) forward on the GPU: the CPU tests' FP8 cases
 // (tests/common/fp8_case.h) at the kernels' head dims, uploaded with NaN-poisoned outputs, run through the public
 // API and judged against the fp64 reference of the dequantized inputs with the naive FP8 attention as the
-// tolerance baseline. Odd lengths (tails inside a 128-key tile, a single key, decode-like rows), GQA, causal,
+// tolerance baseline, in its model of Hopper's FP8 tensor cores and conditional rescaling. Odd lengths (tails inside a 128-key tile, a single key, decode-like rows), GQA, causal,
 // window, softcap, the sink, without descales, tiles past the first K/V ring round. Also the refusals.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -17,12 +16,6 @@
 
 namespace flash4::test {
 namespace {
-
-// Turns the experimental FP8 GPU path on for one test and off again (other tests expect it refused).
-struct ExperimentalFp8 {
-  ExperimentalFp8() { setenv("FLASH4_EXPERIMENTAL_FP8_GPU", "1", 1); }
-  ~ExperimentalFp8() { unsetenv("FLASH4_EXPERIMENTAL_FP8_GPU"); }
-};
 
 // Device copies of one FP8 case's buffers, and its arguments pointing at them.
 class DeviceFp8Case {
@@ -106,7 +99,6 @@ class GpuFp8Forward : public ::testing::TestWithParam<Fp8Spec> {};
 
 TEST_P(GpuFp8Forward, MatchesReferenceOfDequantizedInputs) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
-  ExperimentalFp8 on;
   FLASH4_TEST_RNG(rng);
   Fp8Problem t(GetParam(), rng);
   DeviceFp8Case dev(t);
@@ -116,7 +108,7 @@ TEST_P(GpuFp8Forward, MatchesReferenceOfDequantizedInputs) {
   forward(dev.args());
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   FLASH4_TEST_CUDA(dev.download());
-  EXPECT_TRUE(check_fp8(t, t.out_values(), t.lse_values()));
+  EXPECT_TRUE(check_fp8(t, t.out_values(), t.lse_values(), check::Fp8Arithmetic::hopper_tensor_cores()));
 }
 
 void PrintTo(const Fp8Spec& s, std::ostream* os) { *os << s.name(); }
@@ -124,8 +116,7 @@ void PrintTo(const Fp8Spec& s, std::ostream* os) { *os << s.name(); }
 INSTANTIATE_TEST_SUITE_P(Cases, GpuFp8Forward, ::testing::ValuesIn(gpu_fp8_cases()),
                          [](const auto& info) { return info.param.name(); });
 
-// Configurations the FP8 kernels do not take are refused with the reason, before anything is written; without
-// the opt-in every FP8 GPU call is.
+// Configurations the FP8 kernels do not take are refused with the reason, before anything is written.
 TEST(GpuFp8Forward, RefusesWhatTheKernelsDoNotTake) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
   FLASH4_TEST_RNG(rng);
@@ -140,8 +131,6 @@ TEST(GpuFp8Forward, RefusesWhatTheKernelsDoNotTake) {
     for (uint16_t o : t.out) EXPECT_EQ(o, 0x7fc1) << "out written";  // still the poison
     return s.ok ? std::string("accepted") : s.reason;
   };
-  EXPECT_NE(refusal(fp8_spec(64, 64, 2, 2, 128, 128)).find("FLASH4_EXPERIMENTAL_FP8_GPU"), std::string::npos);
-  ExperimentalFp8 on;
   EXPECT_NE(refusal(fp8_spec(64, 64, 2, 2, 64, 64)).find("head_dim 128 or 256"), std::string::npos);
   EXPECT_NE(refusal(fp8_spec(64, 64, 2, 2, 192, 128)).find("head_dim 128 or 256"), std::string::npos);
   EXPECT_NE(refusal(fp8_with(fp8_spec(64, 64, 2, 2, 128, 128), [](Fp8Spec& s) { s.out = DType::kFloat16; }))

@@ -1,7 +1,6 @@
-// The native d = 192 forward candidate (fwd_native_hd192_tile_config: 128 x 96 tiles, three 64-column chunks),
-// launched directly (the library still runs 192 zero-padded on the 256 kernel), against the fp64 reference:
-// odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window, softcap, the sink, strided tensors with
-// NaN-poisoned padding after every row, bf16 and fp16. It is what must pass before dispatch takes it.
+// The native d = 192 forward kernel (fwd_tile_config(192): 128 x 96 tiles, three 64-column chunks), through
+// flash4::forward, against the fp64 reference: odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window,
+// softcap, the sink, strided tensors with NaN-poisoned padding after every row, bf16 and fp16.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,12 +8,9 @@
 
 #include "common/attention_case.h"
 #include "gpu_case_runs.h"
-#include "kernels/sm90/fwd/fwd_native_hd192.cuh"
 
 namespace flash4::test {
 namespace {
-
-void native_hd192_forward(const ForwardArgs& a) { sm90::native_hd192_forward(a); }
 
 std::vector<CaseSpec> native_cases() {
   std::vector<CaseSpec> c;
@@ -39,7 +35,7 @@ class NativeHd192 : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(NativeHd192, ForwardMatchesReference) {
   if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
-  run_and_check_forward(GetParam(), &native_hd192_forward);
+  run_and_check_forward(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, NativeHd192, ::testing::ValuesIn(native_cases()),

@@ -3,7 +3,7 @@ q/k/v_descale (FlashAttention 3's interface), out bf16. Judged against the float
 inputs (FP8 value * descale) with the tolerance rule, the naive FP8 attention as its baseline (docs/numerics.md,
 "FP8 forward"); also bit equality with the fp32 path on the dequantized values, a misplaced descale caught by the
 rule, torch.compile, fp16 out through flash4.forward, forward-only refusals and argument errors. CPU, and the
-Hopper kernel behind FLASH4_EXPERIMENTAL_FP8_GPU=1 (refused without it)."""
+Hopper kernel (dense batches, head dims 128 and 256)."""
 
 import zlib
 
@@ -69,6 +69,67 @@ def naive_fp8_attention(q, k, v, scale, causal, window, softcap, out_dtype):
     return out.to(out_dtype).double(), lse.float().double()
 
 
+def _k_step(acc, terms, fraction_bits=13):
+    """acc + terms.sum(-1) as Hopper's FP8 tensor cores form one k-step: every addend truncated toward zero to
+    `fraction_bits` bits below the largest exponent among them, then summed (exactly, in float64) and held in fp32
+    (src/check/naive_fp8_attention.h, Fp8Arithmetic::hopper_tensor_cores)."""
+    largest = torch.maximum(acc.abs(), terms.abs().amax(-1))
+    exponent = torch.frexp(largest).exponent
+    quantum = torch.ldexp(torch.ones_like(largest), exponent - 1 - fraction_bits)
+    total = torch.trunc(acc / quantum) * quantum + (torch.trunc(terms / quantum[..., None]) * quantum[..., None]).sum(-1)
+    return total.float().double()
+
+
+def naive_fp8_tensor_cores(q, k, v, descales, scale, causal, window, softcap, out_dtype, tile_keys=128):
+    """The baseline of the GPU kernel (the C++ tests' Fp8Arithmetic::hopper_tensor_cores): the FP8 values
+    themselves multiplied in k-steps of 32 (_k_step) with the descales applied after the matmuls, and P~ taken
+    against the online softmax's reference max over 128-key tiles, walked from the last, that moves only when a
+    tile's max exceeds it by more than 2^8 (FA4's conditional rescaling). q, k, v: the FP8 values, dense, float64."""
+    batch, seqlen_q, heads, dim = q.shape
+    seqlen_k, heads_kv, dim_v = k.shape[1], k.shape[2], v.shape[3]
+    group = heads // heads_kv
+
+    def per_head(d):
+        ones = torch.ones(batch, heads_kv, dtype=torch.float32)
+        return (ones if d is None else d.float()).repeat_interleave(group, dim=1).double()[:, :, None, None]
+
+    qd, kd, vd = (per_head(d) for d in descales)
+    qq = q.permute(0, 2, 1, 3)  # (batch, heads, seqlen_q, dim)
+    kk = k.repeat_interleave(group, dim=2).permute(0, 2, 1, 3)
+    vv = v.repeat_interleave(group, dim=2).permute(0, 2, 1, 3)
+    acc = torch.zeros(batch, heads, seqlen_q, seqlen_k, dtype=torch.float64)
+    for x in range(0, dim, 32):
+        acc = _k_step(acc, qq[:, :, :, None, x:x + 32] * kk[:, :, None, :, x:x + 32])
+    score_scale = (scale * (qd * kd).float().double()).float().double()
+    s = (acc * score_scale).float().double()
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    ok = torch.from_numpy(allowed_keys(seqlen_q, seqlen_k, causal, window))
+    s = s.masked_fill(~ok, float("-inf"))
+    m = torch.full((batch, heads, seqlen_q), float("-inf"), dtype=torch.float64)
+    l = torch.zeros_like(m)
+    o = torch.zeros(batch, heads, seqlen_q, dim_v, dtype=torch.float64)
+    for t in reversed(range((seqlen_k + tile_keys - 1) // tile_keys)):
+        lo, hi = t * tile_keys, min((t + 1) * tile_keys, seqlen_k)
+        m_tile = s[..., lo:hi].amax(-1)
+        first = torch.isinf(m) & torch.isfinite(m_tile)
+        grow = torch.isfinite(m) & ((m_tile - m) * 1.4426950408889634 > 8.0)
+        factor = torch.where(grow, torch.exp(m - m_tile).float().double(), torch.ones_like(m))
+        o, l = (o * factor[..., None]).float().double(), l * factor
+        m = torch.where(first | grow, m_tile, m)
+        live = torch.isfinite(m)[..., None]
+        numerator = torch.where(live, torch.exp(s[..., lo:hi] - torch.where(live, m[..., None], 0.0)), 0.0)
+        l = l + numerator.sum(-1)
+        p_fp8 = numerator.float().to(FP8).double()
+        for j in range(lo, hi, 32):
+            j1 = min(j + 32, hi)
+            terms = p_fp8[..., j - lo:j1 - lo, None] * vv[:, :, None, j:j1, :]  # (b, h, q, keys, dim_v)
+            o = _k_step(o, terms.transpose(-1, -2))
+    out = torch.where(l[..., None] > 0, o * vd / l.clamp_min(1e-300)[..., None], torch.zeros_like(o))
+    lse = torch.where(l > 0, m + torch.log(l.clamp_min(1e-300)), torch.full_like(l, float("-inf")))
+    return out.permute(0, 2, 1, 3).to(out_dtype).double(), lse.float().double()
+
+
 class Fp8Case:
     """FP8 inputs (dense, or packed when lens_q / lens_k are given) with descales, the reference's and the naive
     baseline's results."""
@@ -114,10 +175,16 @@ class Fp8Case:
                 dequantized(self.k, self.descales[1], self.heads_kv, entries[1]),
                 dequantized(self.v, self.descales[2], self.heads_kv, entries[1]))
 
-    def expected(self, out_dtype=torch.bfloat16):
-        """(reference out, lse), (naive out, lse), dense or per sequence."""
+    def expected(self, out_dtype=torch.bfloat16, tensor_cores=False):
+        """(reference out, lse), (naive out, lse), dense or per sequence; tensor_cores: the GPU kernel's baseline
+        (naive_fp8_tensor_cores, dense only)."""
         q, k, v = self.real_inputs()
         mask = (self.causal, self.window, self.softcap)
+        if tensor_cores:
+            assert self.lens_q is None, "the GPU FP8 forward takes dense batches"
+            naive = naive_fp8_tensor_cores(self.q.double(), self.k.double(), self.v.double(), self.descales,
+                                           self.scale, *mask, out_dtype)
+            return attention(q, k, v, self.scale, *mask), naive
         if self.lens_q is None:
             return attention(q, k, v, self.scale, *mask), naive_fp8_attention(q, k, v, self.scale, *mask, out_dtype)
         ref, naive = ([], []), ([], [])
@@ -130,8 +197,8 @@ class Fp8Case:
                 results[1].append(lse[0])
         return tuple((torch.cat(outs, 0), torch.cat(lses, 1)) for outs, lses in (ref, naive))
 
-    def check(self, out, lse, out_dtype_name="bfloat16"):
-        (ref_out, ref_lse), (naive_out, naive_lse) = self.expected(getattr(torch, out_dtype_name))
+    def check(self, out, lse, out_dtype_name="bfloat16", tensor_cores=False):
+        (ref_out, ref_lse), (naive_out, naive_lse) = self.expected(getattr(torch, out_dtype_name), tensor_cores)
         assert out.shape == ref_out.shape and lse.shape == ref_lse.shape
         check_tolerance("out", numpy64(out), numpy64(ref_out), numpy64(naive_out), out_dtype_name)
         check_tolerance("lse", numpy64(lse), numpy64(ref_lse), numpy64(naive_lse), "float32")
@@ -277,8 +344,8 @@ def test_bad_varlen_descale():
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-def test_cuda_refuses_fp8():
-    c = Fp8Case(**CASES["gqa3-odd"])
+def test_cuda_refuses_fp8_at_head_dims_it_has_no_kernel_for():
+    c = Fp8Case(**CASES["gqa3-odd"])  # head dim 64: the GPU's FP8 kernels are 128 and 256
     q, k, v = (t.cuda() for t in (c.q, c.k, c.v))
     assert not flash4.can_implement(q, k, v)
     with pytest.raises(NotImplementedError):
@@ -293,11 +360,48 @@ GPU_CASES = {
 }
 
 
+def test_tensor_core_model_drops_bits_below_a_k_steps_thirteen():
+    """S = 1 * 1 + 2^-7 * 2^-7: the second product lies 14 bits below the first, so a k-step drops it (as
+    tests/cpu/test_fp8.cpp checks of the C++ model). One key: lse = S / 8."""
+    q = torch.zeros(1, 1, 1, 64, dtype=torch.float64)
+    q[..., 0], q[..., 1] = 1.0, 2.0**-7
+    v = torch.zeros_like(q)
+    _, lse = naive_fp8_tensor_cores(q, q, v, (None,) * 3, 0.125, False, (-1, -1), 0.0, torch.bfloat16)
+    assert lse.item() == 0.125
+
+
+def test_tensor_core_model_rounds_the_largest_numerator_against_a_lagging_max():
+    """Key 128 (the last tile, walked first) scores 0, key 0 scores 3 < 8 ln 2: the reference max stays at 0 and
+    key 0's numerator e^3 = 20.09 becomes E4M3's 20 (the fp32 baseline has it at 1, exact)."""
+    q = torch.zeros(1, 1, 1, 64, dtype=torch.float64)
+    k = torch.zeros(1, 129, 1, 64, dtype=torch.float64)
+    v = torch.zeros_like(k)
+    q[..., 0], k[0, 0, 0, 0], k[0, 1:128, 0, 0], v[0, 0] = 1.0, 24.0, -448.0, 1.0
+    out, _ = naive_fp8_tensor_cores(q, k, v, (None,) * 3, 0.125, False, (-1, -1), 0.0, torch.bfloat16)
+    l = 1.0 + np.exp(3.0)
+    assert out[0, 0, 0, 0].item() == torch.tensor(20.0 / l).to(torch.bfloat16).item()
+    ref, _ = naive_fp8_attention(q, k, v, 0.125, False, (-1, -1), 0.0, torch.bfloat16)
+    assert ref[0, 0, 0, 0].item() == torch.tensor(np.exp(3.0) / l).to(torch.bfloat16).item()
+
+
+def test_tensor_core_baseline_is_no_tighter_than_the_fp32_one():
+    """On the GPU cases the tensor-core baseline's errors are at least the fp32 baseline's order (it models
+    more rounding, not less) and the rule with it still catches a dropped descale."""
+    c = Fp8Case(**GPU_CASES["d128-gqa-causal"])
+    (ref_out, ref_lse), (out32, lse32) = c.expected()
+    _, (out_tc, lse_tc) = c.expected(tensor_cores=True)
+    assert (lse_tc - ref_lse).abs().max() > (lse32 - ref_lse).abs().max()
+    assert (out_tc - ref_out).abs().max() > 0.5 * (out32 - ref_out).abs().max()
+    wrong, lse = c.run_flash4(descales=(c.descales[0], c.descales[1], None))
+    with pytest.raises(AssertionError, match="max error"):
+        c.check(wrong, lse, tensor_cores=True)
+
+
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
 @pytest.mark.parametrize("case", list(GPU_CASES))
-def test_cuda_fp8_opt_in_matches_reference(case, monkeypatch):
-    """The Hopper FP8 kernel (FLASH4_EXPERIMENTAL_FP8_GPU=1): the same reference and rule as the CPU cases."""
-    monkeypatch.setenv("FLASH4_EXPERIMENTAL_FP8_GPU", "1")
+def test_cuda_fp8_matches_reference(case):
+    """The Hopper FP8 kernel: the same reference and rule as the CPU cases, the baseline in the tensor cores'
+    arithmetic (naive_fp8_tensor_cores)."""
     c = Fp8Case(**GPU_CASES[case])
     host = (c.q, c.k, c.v, c.descales)
     c.q, c.k, c.v = (t.cuda() for t in host[:3])
@@ -306,4 +410,4 @@ def test_cuda_fp8_opt_in_matches_reference(case, monkeypatch):
     out, lse = c.run_flash4()
     assert out.is_cuda and out.dtype == torch.bfloat16
     c.q, c.k, c.v, c.descales = host  # the reference reads the host copies
-    c.check(out.cpu(), lse.cpu())
+    c.check(out.cpu(), lse.cpu(), tensor_cores=True)

@@ -2,29 +2,28 @@
 // others. Host-only, so that forward and backward dispatch say the same thing and CPU tests can check it without
 // a GPU.
 //
-// The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels). Narrower
-// head dims run on the next wider kernel, zero-padded without any memory: the TMA tensor maps keep the tensors'
+// The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels), the forward
+// also for 192 (three panels, when 256 is compiled). Narrower head dims run on the next wider kernel, zero-padded
+// without any memory: the TMA tensor maps keep the tensors'
 // true widths, so TMA fills the panels' columns past them with zeros on loads (QK^T and PV stay exact, padded V
 // columns give zero output columns) and clips them on stores; every store the kernels make themselves is bounded
 // by the true width (FwdParams::head_dim_v, BwdParams::head_dim / head_dim_v).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "common/problem.h"
 
 namespace flash4::sm90 {
 
-// Widths the kernels are compiled for (FLASH4_HEAD_DIMS).
+// Widths the kernels are compiled for (FLASH4_HEAD_DIMS); the forward's add its native 192 (cmake/kernels.cmake).
 inline constexpr int64_t kKernelHeadDims[] = {64, 128, 256};
+inline constexpr int64_t kFwdKernelHeadDims[] = {64, 128, 192, 256};
 
-// Head dims the GPU takes for q, k and v alike: the compiled widths and the padded ones. Others (every multiple of
-// 8 up to 256, e.g. 80) run the same way; their GPU tests (tests/gpu/test_any_head_dims.cu) have not run yet, so
-// they are refused unless the environment sets FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1.
-inline constexpr int64_t kGpuHeadDims[] = {64, 96, 128, 192, 256};
-inline constexpr const char* kGpuHeadDimsText = "64, 96, 128, 192 or 256";
+// Head dims the GPU takes for q, k and v alike: every multiple of 8 up to 256, on the compiled widths and
+// zero-padded on the next wider one (tests/gpu/test_padded_head_dims.cu, test_any_head_dims.cu).
+inline constexpr const char* kGpuHeadDimsText = "multiples of 8 from 8 to 256";
 
 // (q/k head dim, v/out head dim) pairs the GPU takes where the two differ: DeepSeek's MLA (192, 128) and
 // (128, 64), both on the kernel of the q/k width with v's panels zero-padded.
@@ -34,11 +33,7 @@ struct SplitHeadDims {
 inline constexpr SplitHeadDims kGpuSplitHeadDims[] = {{192, 128}, {128, 64}};
 inline constexpr const char* kGpuSplitHeadDimsText = "(192, 128) or (128, 64)";
 
-constexpr bool gpu_head_dim(int64_t d) {
-  for (int64_t k : kGpuHeadDims)
-    if (d == k) return true;
-  return false;
-}
+constexpr bool gpu_takes_head_dim(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
 
 constexpr bool gpu_split_head_dims(int64_t d, int64_t dv) {
   for (const SplitHeadDims& s : kGpuSplitHeadDims)
@@ -46,7 +41,8 @@ constexpr bool gpu_split_head_dims(int64_t d, int64_t dv) {
   return false;
 }
 
-// The compiled width that runs head dims (d, dv): the narrowest kernel that holds both; 0 if none does.
+// The compiled width that runs head dims (d, dv) in the backward and the decode kernels: the narrowest kernel
+// that holds both; 0 if none does.
 constexpr int kernel_head_dim(int64_t d, int64_t dv) {
   const int64_t widest = d > dv ? d : dv;
   for (int64_t k : kKernelHeadDims)
@@ -54,18 +50,17 @@ constexpr int kernel_head_dim(int64_t d, int64_t dv) {
   return 0;
 }
 
+// The same for the forward, which has a 192 kernel: 192 and (192, 128) run unpadded or on fewer padded columns.
+constexpr int fwd_kernel_head_dim(int64_t d, int64_t dv) {
+  const int64_t widest = d > dv ? d : dv;
+  for (int64_t k : kFwdKernelHeadDims)
+    if (widest <= k) return static_cast<int>(k);
+  return 0;
+}
+
 // Whether the kernel runs (d, dv) zero-padded (narrower than its width, or v narrower than q and k): such
 // problems need the TMA kernels (the backward's mma.sync fallback loads full-width rows itself).
 constexpr bool padded_head_dims(int64_t d, int64_t dv) { return d != dv || kernel_head_dim(d, dv) != d; }
-
-// The opt-in to every multiple of 8 up to 256 (kGpuHeadDims' comment).
-inline bool any_head_dim_opted_in() {
-  const char* v = std::getenv("FLASH4_EXPERIMENTAL_ANY_HEAD_DIM");
-  return v != nullptr && std::string(v) == "1";
-}
-inline bool gpu_takes_head_dim(int64_t d) {
-  return gpu_head_dim(d) || (d >= 8 && d <= 256 && d % 8 == 0 && any_head_dim_opted_in());
-}
 
 // Why the GPU `pass` ("forward" or "backward") cannot run p's head dims; empty when it can.
 inline std::string head_dim_refusal(const detail::Problem& p, const char* pass) {
@@ -77,8 +72,7 @@ inline std::string head_dim_refusal(const detail::Problem& p, const char* pass) 
   }
   if (!gpu_takes_head_dim(p.head_dim))
     return "head_dim " + std::to_string(p.head_dim) + " is not supported by the GPU " + pass + " (supported: " +
-           kGpuHeadDimsText + "; the CPU runs every multiple of 8 up to 256; FLASH4_EXPERIMENTAL_ANY_HEAD_DIM=1 "
-           "runs the others zero-padded, not yet verified on a GPU)";
+           kGpuHeadDimsText + ")";
   return {};
 }
 

@@ -49,7 +49,7 @@ bool compiled_fwd_for(DType dtype, int64_t head_dim, bool masked) {
 
 std::string compiled_head_dims(DType dtype) {
   std::string out;
-  for (int64_t d : sm90::kKernelHeadDims) {
+  for (int64_t d : sm90::kFwdKernelHeadDims) {
     if (compiled_fwd_for(dtype, d, false)) out += (out.empty() ? "" : ", ") + std::to_string(d);
   }
   return out.empty() ? "none" : out;
@@ -116,7 +116,7 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
     return {false, std::string("the GPU forward supports bf16 and fp16, not ") + dtype_name(args.q.dtype) +
                        "; use the CPU for fp32"};
   if (const std::string why = sm90::head_dim_refusal(p, "forward"); !why.empty()) return {false, why};
-  const int width = sm90::kernel_head_dim(p.head_dim, p.head_dim_v);
+  const int width = sm90::fwd_kernel_head_dim(p.head_dim, p.head_dim_v);
   if (!compiled_fwd_for(args.q.dtype, width, p.has_mask()))
     return {false, "head_dim " + std::to_string(p.head_dim) + " is not compiled for the GPU forward (it runs on the " +
                        std::to_string(width) + " kernel; available for " + dtype_name(args.q.dtype) + ": " +
@@ -134,9 +134,9 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
 }
 
 sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p) {
-  // The configuration of the kernel that runs the problem (head dims 96 and 192 run zero-padded on the 128 and
-  // 256 kernels: head_dims.h).
-  return sm90::fwd_launch_config(sm90::kernel_head_dim(p.head_dim, p.head_dim_v), p.has_mask(),
+  // The configuration of the kernel that runs the problem (head dim 96 runs zero-padded on the 128 kernel:
+  // head_dims.h).
+  return sm90::fwd_launch_config(sm90::fwd_kernel_head_dim(p.head_dim, p.head_dim_v), p.has_mask(),
                                  static_cast<int>(p.seqlen_q));
 }
 
@@ -196,8 +196,8 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   const FwdParams params = make_fwd_params(args, p, launch.tile);
-  // head_dims.h: 96 runs on 128, 192 on 256
-  launch_compiled_forward(params, launch, q.dtype, kernel_head_dim(p.head_dim, p.head_dim_v), masked, s);
+  // head_dims.h: 96 runs on 128
+  launch_compiled_forward(params, launch, q.dtype, fwd_kernel_head_dim(p.head_dim, p.head_dim_v), masked, s);
 }
 
 namespace {
@@ -226,6 +226,8 @@ bool tma_rows(const TensorView& t) { return t.data == nullptr || tma_compatible(
 bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
   if (s.seqlen_q <= 16 && s.seqlen_q * s.group() <= 64) return false;  // the decode kernel's rows
+  // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
+  // the 192 kernel yet).
   if (s.split_head_dims() || sm90::kernel_head_dim(s.head_dim, s.head_dim_v) != s.head_dim) return false;
   if (p.capacity <= 0 || p.capacity >= (int64_t{1} << 31) || s.batch > 65535 || s.heads > 65535) return false;
   if (!compiled_fwd_for(a.q.dtype, static_cast<int>(s.head_dim), s.has_mask())) return false;

@@ -9,6 +9,9 @@
 //             problems use 128 x 128 instead (fwd_short_tile_config below).
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
+//  * d = 192: O takes 96 registers, so S of 96 keys (48) and P (24) still fit beside the next S in flight;
+//             Q 48 KB + 2 x (36 + 36) KB = 192 KB. Three 64-column chunks per row; 3/4 of the matmul work of
+//             192 zero-padded on the 256 kernel.
 //  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
 //             192 KB. The exp is ~17 % of the matmul time: no emulation.
 #pragma once
@@ -42,6 +45,7 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   (void)masked;
   if (head_dim <= 64) return {192, 128, 3, 0, true, false};
   if (head_dim <= 128) return {128, 128, 2, 0, true, false, /*double_p=*/true};
+  if (head_dim <= 192) return {128, 96, 2, 0, true, false};
   return {128, 64, 2, 0, true, false};
 }
 
@@ -55,11 +59,6 @@ constexpr FwdTileConfig fwd_short_tile_config(int head_dim) {
 constexpr bool fwd_use_short_config(int head_dim, bool masked, int seqlen_q) {
   return fwd_has_short_config(head_dim, masked) && seqlen_q <= 2048;
 }
-
-// A native d = 192 kernel (candidate: head dim 192 runs zero-padded on the 256 kernel until this one is measured
-// faster; tests/gpu/test_native_hd192.cu and flash4_bench --native192 launch it): O takes 96 registers, so S of
-// 96 keys (48) and P (24) still fit beside the next S in flight; Q 48 KB + 2 x (36 + 36) KB = 192 KB.
-constexpr FwdTileConfig fwd_native_hd192_tile_config() { return {128, 96, 2, 0, true, false}; }
 
 // FP8 (e4m3) kernels, d = 128 and 256: 128 x 128 tiles (V^T tiles are whole 128-key swizzle chunks); one-byte
 // tiles halve the shared memory, so a 3-deep ring at d = 128. One P buffer: its fragments are a quarter of S's.
@@ -118,9 +117,11 @@ constexpr int fwd_smem_bytes(int head_dim, bool masked) {
 
 static_assert(fwd_smem_bytes(64, false) <= 232448);
 static_assert(fwd_smem_bytes(128, false) <= 232448);
+static_assert(fwd_smem_bytes(192, false) <= 232448);
 static_assert(fwd_smem_bytes(256, false) <= 232448);
 static_assert(fwd_smem_bytes(64, true) <= 232448);
 static_assert(fwd_smem_bytes(128, true) <= 232448);
+static_assert(fwd_smem_bytes(192, true) <= 232448);
 static_assert(fwd_smem_bytes(256, true) <= 232448);
 
 }  // namespace flash4::sm90

@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "fwd_fp8_configs.inc"  // generated: FLASH4_FWD_FP8_CONFIGS(X), the compiled (head_dim, masked) set
@@ -83,17 +82,9 @@ void launch_compiled_fp8(const sm90::FwdParams& params, int head_dim, bool maske
   throw Error(Status::kNotSupported, "flash4: no compiled FP8 GPU forward kernel for this configuration");
 }
 
-bool experimental_fp8_enabled() {
-  const char* v = std::getenv("FLASH4_EXPERIMENTAL_FP8_GPU");
-  return v != nullptr && std::string(v) == "1";
-}
-
 }  // namespace
 
 Support cuda_can_forward_fp8(const ForwardArgs& args, const Problem& p) {
-  if (!experimental_fp8_enabled())
-    return {false, "the FP8 (float8_e4m3fn) GPU forward is built but not yet verified on a GPU; set "
-                   "FLASH4_EXPERIMENTAL_FP8_GPU=1 to run it, or use the CPU (dequantize, then compute)"};
   if (p.head_dim != p.head_dim_v || (p.head_dim != 128 && p.head_dim != 256))
     return {false, "the FP8 GPU forward takes head_dim 128 or 256 (v's equal to q's), not (" +
                        std::to_string(p.head_dim) + ", " + std::to_string(p.head_dim_v) + "); the CPU runs FP8 at any"};

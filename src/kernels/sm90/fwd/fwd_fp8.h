@@ -9,8 +9,7 @@
 
 namespace flash4::detail {
 
-// Whether the FP8 GPU forward runs this validated problem, and why not. It is off unless the environment sets
-// FLASH4_EXPERIMENTAL_FP8_GPU=1: the kernel has not been verified on a GPU yet (docs/numerics.md, FP8 forward).
+// Whether the FP8 GPU forward runs this validated problem, and why not.
 Support cuda_can_forward_fp8(const ForwardArgs& args, const Problem& p);
 // Runs it (cuda_can_forward_fp8 said yes; seqlen_k > 0).
 void cuda_forward_fp8(const ForwardArgs& args, const Problem& p, cudaStream_t stream);

@@ -30,11 +30,6 @@ struct FwdFp8TableConfig {
   static constexpr FwdTileConfig tile = fwd_fp8_tile_config(kHeadDim);
 };
 
-// The native d = 192 candidate's configuration (fwd_native_hd192_tile_config).
-struct FwdNativeHd192Config {
-  static constexpr FwdTileConfig tile = fwd_native_hd192_tile_config();
-};
-
 template <class Element_, int kHeadDim_, bool kMasked_, class Config>
 struct FwdTraits {
   using Element = Element_;
