@@ -16,9 +16,18 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 
-// acc + sum of terms[0 .. n): exact (then fp32) for the fp32 model; for the tensor-core model every addend is
-// first truncated toward zero to `bits` fraction bits below the largest exponent among them. Exact in fp64: the
-// addends are multiples of one quantum below 2^(bits + 1) quanta each.
+// A value truncated toward zero to `bits` fraction bits below the exponent of `largest`.
+double truncated(double x, double largest, int bits) {
+  int e = 0;
+  std::frexp(largest, &e);  // largest in [2^(e-1), 2^e)
+  const double quantum = std::ldexp(1.0, e - 1 - bits);
+  return std::trunc(x / quantum) * quantum;
+}
+
+// acc + sum of terms[0 .. n): exact (then fp32) for the fp32 model. For the tensor-core model every addend is
+// first truncated to the model's fraction bits below the largest exponent among them, the sum formed exactly
+// (the addends are multiples of one quantum below 2^(bits + 1) quanta each) and truncated again to the same bits
+// below its own leading one.
 double accumulate(double acc, const double* terms, int64_t n, int64_t stride, const Fp8Arithmetic& a) {
   if (a.mma_block == 0) {
     for (int64_t i = 0; i < n; ++i) acc += terms[i * stride];
@@ -27,12 +36,9 @@ double accumulate(double acc, const double* terms, int64_t n, int64_t stride, co
   double largest = std::fabs(acc);
   for (int64_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(terms[i * stride]));
   if (largest == 0.0) return 0.0;
-  int e = 0;
-  std::frexp(largest, &e);  // largest in [2^(e-1), 2^e)
-  const double quantum = std::ldexp(1.0, e - 1 - a.mma_fraction_bits);
-  double s = std::trunc(acc / quantum) * quantum;
-  for (int64_t i = 0; i < n; ++i) s += std::trunc(terms[i * stride] / quantum) * quantum;
-  return static_cast<float>(s);
+  double s = truncated(acc, largest, a.mma_fraction_bits);
+  for (int64_t i = 0; i < n; ++i) s += truncated(terms[i * stride], largest, a.mma_fraction_bits);
+  return s == 0.0 ? 0.0 : static_cast<float>(truncated(s, std::fabs(s), a.mma_fraction_bits));
 }
 
 // q . k over d elements in steps of the model's block.

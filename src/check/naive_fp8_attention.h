@@ -12,10 +12,12 @@
 //   path is more accurate than this (it does not round P~), so this is its baseline.
 // - hopper_tensor_cores: what any FP8 flash kernel on Hopper meets. wgmma's FP8 accumulator is not fp32: each
 //   k-step of 32 products and the running sum are aligned to the largest exponent among them and keep 13
-//   fraction bits below it (truncated), both in S = Q K^T and in O += P~ V. And P~ is taken against the online
-//   softmax's reference max over 128-key tiles (the last tile first, as the kernel walks them), which with FA4's
-//   conditional rescaling moves only when a tile's max exceeds it by more than 2^8: the row's largest P~ is then
-//   rounded like any other. Not a bit-exact emulation; the point is errors of the same size.
+//   fraction bits below it (truncated), and the step's sum keeps 13 fraction bits below its own leading one, in
+//   S = Q K^T and in O += P~ V alike. And P~ is taken against the online softmax's reference max over 128-key
+//   tiles (the last tile first, as the kernel walks them), which with FA4's conditional rescaling moves only when
+//   a tile's max exceeds it by more than 2^8: the row's largest P~ is then rounded like any other. The scores
+//   match the H200's (docs/numerics.md, "FP8 forward"); the softmax's reference max only follows the kernel's in
+//   distribution (the kernel's moves per warp of rows), so out's errors match in size, not bit for bit.
 #pragma once
 
 #include <cstdint>

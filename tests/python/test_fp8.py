@@ -69,15 +69,20 @@ def naive_fp8_attention(q, k, v, scale, causal, window, softcap, out_dtype):
     return out.to(out_dtype).double(), lse.float().double()
 
 
+def _truncated(x, largest, fraction_bits):
+    """x truncated toward zero to `fraction_bits` bits below the exponent of `largest` (broadcast)."""
+    quantum = torch.ldexp(torch.ones_like(largest), torch.frexp(largest).exponent - 1 - fraction_bits)
+    return torch.trunc(x / quantum) * quantum
+
+
 def _k_step(acc, terms, fraction_bits=13):
     """acc + terms.sum(-1) as Hopper's FP8 tensor cores form one k-step: every addend truncated toward zero to
-    `fraction_bits` bits below the largest exponent among them, then summed (exactly, in float64) and held in fp32
-    (src/check/naive_fp8_attention.h, Fp8Arithmetic::hopper_tensor_cores)."""
+    `fraction_bits` bits below the largest exponent among them, summed (exactly, in float64), the sum truncated to
+    as many bits below its own leading one, held in fp32 (src/check/naive_fp8_attention.h,
+    Fp8Arithmetic::hopper_tensor_cores)."""
     largest = torch.maximum(acc.abs(), terms.abs().amax(-1))
-    exponent = torch.frexp(largest).exponent
-    quantum = torch.ldexp(torch.ones_like(largest), exponent - 1 - fraction_bits)
-    total = torch.trunc(acc / quantum) * quantum + (torch.trunc(terms / quantum[..., None]) * quantum[..., None]).sum(-1)
-    return total.float().double()
+    total = _truncated(acc, largest, fraction_bits) + _truncated(terms, largest[..., None], fraction_bits).sum(-1)
+    return _truncated(total, total.abs(), fraction_bits).float().double()
 
 
 def naive_fp8_tensor_cores(q, k, v, descales, scale, causal, window, softcap, out_dtype, tile_keys=128):

@@ -1,8 +1,8 @@
 """Head dims 96 and 192 and v / out with a head dim of their own (head_dim_v != head_dim, e.g. DeepSeek's (192, 128)):
 flash_attn_func and flash_attn_varlen_func infer it from v's shape; forward, lse and gradients against the fp64
 reference with the tolerance rule (CPU), the custom ops' fake implementations (opcheck, torch.compile), numpy
-arrays, and on a Hopper GPU (which runs these pairs zero-padded on its 128 / 256 kernels) the same checks and the
-clear refusal of the pairs it does not take."""
+arrays, and on a Hopper GPU (which has a 192 forward and runs the others zero-padded on its 128 / 256 kernels, also
+head dims such as 80 and 136) the same checks and the clear refusal of the splits it does not take."""
 
 import numpy as np
 import pytest
@@ -90,7 +90,7 @@ def test_compile_fullgraph_split_head_dims():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
 def test_cuda_forward_backward(dims, causal):
-    """The GPU runs these pairs zero-padded on its 128 / 256 kernels (src/kernels/sm90/head_dims.h)."""
+    """The GPU runs these pairs on its 192 forward or zero-padded on its 128 / 256 kernels (head_dims.h)."""
     d, dv = dims
     Case((2, 77, 130, 4, 2, d), (causal, (-1, -1), 0.0), torch.bfloat16, "cuda", seed=d + dv,
          dim_v=dv).check(backward=True)
@@ -98,10 +98,17 @@ def test_cuda_forward_backward(dims, causal):
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-@pytest.mark.parametrize("dims", [(80, 80), (192, 64)], ids=["d80-dv80", "d192-dv64"])
+@pytest.mark.parametrize("d", [80, 136])
+def test_cuda_other_multiples_of_8(d):
+    """Head dims without a kernel of their own run zero-padded on the next wider one."""
+    Case((2, 77, 130, 4, 2, d), (True, (-1, -1), 0.0), torch.bfloat16, "cuda", seed=d).check(backward=True)
+
+
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("dims", [(80, 64), (192, 64)], ids=["d80-dv64", "d192-dv64"])
 def test_cuda_refuses_what_the_kernels_do_not_take(dims):
     d, dv = dims
-    reason = "64, 96, 128, 192 or 256" if d == dv else "(192, 128) or (128, 64)"
+    reason = "(192, 128) or (128, 64)"
     q = torch.zeros(1, 64, 2, d, device="cuda", dtype=torch.bfloat16)
     v = torch.zeros(1, 64, 2, dv, device="cuda", dtype=torch.bfloat16)
     for backward in (False, True):
