@@ -65,9 +65,9 @@
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
+#include "kernels/sm90/bwd/bwd_wgmma_consumer.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_dq_writer.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_producer.cuh"
-#include "kernels/sm90/bwd/bwd_wgmma_scores.cuh"
-#include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 #include "kernels/sm90/device_math.cuh"
 #include "kernels/sm90/pack.cuh"
 
@@ -94,6 +94,7 @@ struct BwdWgmmaKernel {
   // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
   static constexpr bool kPersistent = kPersistentCtas;
   static constexpr int kItemReaders = kConsumers * 128 + kDqBuffers;  // consumer threads + dQ writer threads
+  using Consumer = BwdWgmmaConsumer<BwdWgmmaKernel, Element, kHeadDim, kMasked>;
 
   // The batch entry b of a work item as the schedule asks it: the params themselves in a dense launch (every
   // entry alike), the entry's BwdSequence in a packed one.
@@ -192,16 +193,19 @@ struct BwdWgmmaKernel {
       setmaxnreg_dec<24>();
       if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, e, n_block, hkv, b, range);
       else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
-        write_dq_item(P, s, e, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b, range, 0);
+        write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b,
+                                               range, 0);
     } else {
       setmaxnreg_inc<240>();
       PipelineState<kStages> st;
       PipelineState<kDqBuffers> dq_buf;
       uint32_t kv_loads = 0;
       if (P.p.softcap > 0.0f) {
-        consume_item<true>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+        Consumer::template consume_item<true>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf,
+                                              kv_loads);
       } else {
-        consume_item<false>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf, kv_loads);
+        Consumer::template consume_item<false>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf,
+                                               kv_loads);
       }
     }
   }
@@ -258,91 +262,8 @@ struct BwdWgmmaKernel {
       const auto& e = entry(P.p, item.b);
       const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
       const QRange range = range_of(e, n_block);
-      write_dq_item(P, s, e, writer, n_block, item.hkv, item.b, range, tiles_before);
+      write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, writer, n_block, item.hkv, item.b, range, tiles_before);
       tiles_before += static_cast<uint32_t>(P.p.group * range.m_count);
-    }
-  }
-  template <class Entry>
-  static __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
-                                                       int writer, int n_block, int hkv, int b, QRange range,
-                                                       uint32_t tiles_before) {
-    const BwdParams& p = P.p;
-    constexpr bool kSplitRows = Tile::kDqSplitRows;
-    const int iterations = p.group * range.m_count;
-    const int stage = writer;
-    // This writer's tiles of the item (bwd_schedule.h: the consumers stage tile T in buffer T % kDqBuffers).
-    for (int it = dq_writer_first_tile(writer, tiles_before, kDqBuffers); it < iterations; it += kDqBuffers) {
-      const uint32_t phase = dq_phase(tiles_before + static_cast<uint32_t>(it), kDqBuffers);
-      const int h = hkv * p.group + it / range.m_count;
-      const int m_block = range.m_block(it % range.m_count);
-      int* semaphore = nullptr;
-      if (p.deterministic) {
-        semaphore = p.semaphores + (static_cast<int64_t>(b) * p.heads + h) * p.m_blocks + m_block;
-        // Each visible (Q tile, earlier n_block) contributes one release per consumer warpgroup.
-        const int expected = releases_before<Tile, kMasked>(e, m_block, n_block, kConsumers);
-        while (ld_acquire_gpu(semaphore) != expected) __nanosleep(64);
-        fence_async_global();  // the acquired additions -> our TMA additions
-      }
-#pragma unroll
-      for (int w = 0; w < kConsumers; ++w) {
-        mbarrier::wait(&s.dq_full[stage][w], phase);
-        const char* piece = reinterpret_cast<const char*>(&s.dq[stage][w][0][0][0]);
-        const int row0 = m_block * kBlockM + (kSplitRows ? w * 64 : 0), col0 = kSplitRows ? 0 : w * 64;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          // A half wholly past q's true head dim (d = 96 on this d = 128 kernel: columns 96 .. 127, zeros from
-          // K's padded columns) is not sent; a partial one is clipped by the map's width (head_dims.h).
-          if (col0 + 32 * half < p.head_dim)
-            tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, e.q_offset + row0, h, e.packed_q ? 0 : b,
-                               piece + half * (64 * 128));
-        }
-        tma::store_commit();
-      }
-      tma::store_wait_read_all();  // the pieces may be overwritten
-#pragma unroll
-      for (int w = 0; w < kConsumers; ++w) mbarrier::arrive(&s.dq_empty[stage][w]);
-      if (p.deterministic) {
-        tma::store_wait_all();             // our additions are performed
-        fence_async_global();              // ... and ordered before the generic-proxy release below
-        __threadfence();
-        red_release_gpu_add(semaphore, kConsumers);
-      }
-    }
-  }
-
-  // Without softcap P^T and dS^T are two passes, so that the exps run while dP^T is still on the tensor cores:
-  // P^T in place in acc_s ...
-  template <class Entry>
-  static __device__ __forceinline__ void probs(const BwdParams& p, const Entry& e, const SharedStorage& s, int stage,
-                                               float (&acc_s)[kBlockM / 2], bool need_mask, int key_row, int m0, int t) {
-#pragma unroll
-    for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * jn + e;
-        acc_s[i] = exp2f(acc_s[i] * p.log2_scale - ((e & 1) ? lse2.y : lse2.x));
-      }
-    }
-    if (need_mask) apply_mask<kBlockM, kMasked>(e, acc_s, key_row, m0, t);
-  }
-
-  // ... and, once dP^T is in, dS^T = P^T (dP^T - D) in place in acc_dp, with P^T read back from the 16-bit A
-  // fragments of dV: keeping the fp32 P^T live across the dP^T wait made ptxas serialize the wgmmas for lack of
-  // registers. (The extra rounding of P^T is below the 16-bit rounding dS^T gets for its own matmuls.)
-  static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage,
-                                                 const uint32_t (&p_frag)[kBlockM / 16][4], float (&acc_dp)[kBlockM / 2],
-                                                 int t) {
-#pragma unroll
-    for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
-#pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {  // elements 4 jn + 2 pair + {0, 1}: one 16-bit pair of p_frag
-        const int i = 4 * jn + 2 * pair;
-        const float2 prob = unpack2<Element>(p_frag[i / 8][(i % 8) / 2]);
-        acc_dp[i] = prob.x * (acc_dp[i] - dsum2.x);
-        acc_dp[i + 1] = prob.y * (acc_dp[i + 1] - dsum2.y);
-      }
     }
   }
   template <bool kSoftcap>
@@ -356,193 +277,9 @@ struct BwdWgmmaKernel {
       const BwdWork item = work_item<kMasked>(P.p, w);
       const auto& e = entry(P.p, item.b);
       const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
-      consume_item<kSoftcap>(P, s, e, wg, n_block, item.hkv, item.b, range_of(e, n_block), st, dq_buf, kv_loads);
+      Consumer::template consume_item<kSoftcap>(P, s, e, wg, n_block, item.hkv, item.b, range_of(e, n_block), st,
+                                                dq_buf, kv_loads);
     }
-  }
-  template <bool kSoftcap, class Entry>
-  static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
-                                                      int wg, int n_block,
-                                                      int hkv, int b, QRange range, PipelineState<kStages>& st,
-                                                      PipelineState<kDqBuffers>& dq_buf, uint32_t& kv_loads) {
-    const BwdParams& p = P.p;
-    const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4;
-    const int n0 = n_block * kBlockN;
-    const int key_row = n0 + wg * 64 + warp * 16 + g;  // keys of accumulator rows: key_row and key_row + 8
-    const int iterations = p.group * range.m_count;
-    // This warpgroup's dQ piece: rows dq_row0 .. +63 of the Q tile, columns dq_col0 .. +63.
-    constexpr bool kSplitRows = Tile::kDqSplitRows;
-    const int dq_row0 = kSplitRows ? wg * 64 : 0;
-    const int dq_col0 = kSplitRows ? 0 : wg * 64;
-
-    // Accumulator layout of a 64 x N wgmma (per thread N / 2 floats): element i is row 16 warp + g + 8 ((i / 2) % 2),
-    // column 8 (i / 4) + 2 t + (i % 2).
-    float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];  // rows = this warpgroup's keys, columns = head dim
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
-
-    // stmatrix lane addresses inside one dS chunk (rows = queries, 128 bytes of keys, 128B swizzle): lane L gives
-    // row 8 (L / 16) + L % 8 (+ 16 k-step) of matrix L / 8, whose keys start at 16 warp + 8 ((L / 8) % 2), i.e.
-    // 16-byte unit 2 warp + (L / 8) % 2, stored at unit ^ (row % 8) (row % 8 = L % 8).
-    const int st_row = 8 * (lane / 16) + lane % 8;
-    const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));
-
-    if (iterations > 0) mbarrier::wait(&s.kv_full, kv_loads & 1u);
-    // The K, V descriptors are the same for every tile of the item. A persistent CTA builds them once per item and
-    // holds them (built in the tile loop, the item loop around it made ptxas rebuild them and the shared-memory
-    // base, S2UR SR_CgaCtaId ..., every tile); one item per CTA builds them per tile, where they cost no registers
-    // across the loop (held, they added spills to the masked kernel).
-    auto kv_descs = [&](uint64_t& k_desc, uint64_t& v_desc, uint64_t& k_mn_desc) {
-      k_desc = wgmma::make_desc_sw128(&s.k[0][wg * 64][0], 16, 1024);
-      v_desc = wgmma::make_desc_sw128(&s.v[0][wg * 64][0], 16, 1024);
-      k_mn_desc = wgmma::make_desc_sw128(&s.k[dq_col0 / 64][0][0], kBlockN * 128, 1024);
-      for (uint64_t* d : {&k_desc, &v_desc, &k_mn_desc}) wgmma::desc_opaque(*d);
-    };
-    uint64_t k_item = 0, v_item = 0, k_mn_item = 0;
-    if constexpr (kPersistent) kv_descs(k_item, v_item, k_mn_item);
-    for (int it = 0; it < iterations; ++it) {
-      const int m_block = range.m_block(it % range.m_count);
-      const int m0 = m_block * kBlockM;
-      const int stage = st.stage;
-      mbarrier::wait(&s.full[stage], st.phase);
-
-      // Operand descriptors of this tile: one base per operand, each k-step an offset from it (chunks of 64
-      // columns are rows * 128 bytes apart; a K-major k-step moves 32 bytes, an MN-major one 16 rows = 2048).
-      static_assert(kStages == 2, "dS buffer = ring stage");
-      // dS buffer of the CTA's tile T: T % 2, which is where the ring stands (one item: T = it).
-      const int buf = kPersistent ? stage : (it & 1);
-      uint64_t k_base = k_item, v_base = v_item, k_mn_base = k_mn_item;
-      if constexpr (!kPersistent) kv_descs(k_base, v_base, k_mn_base);
-      uint64_t q_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], 16, 1024);
-      uint64_t do_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], 16, 1024);
-      uint64_t q_mn_base = wgmma::make_desc_sw128(&s.q[stage][0][0][0], kBlockM * 128, 1024);
-      uint64_t do_mn_base = wgmma::make_desc_sw128(&s.dout[stage][0][0][0], kBlockM * 128, 1024);
-      uint64_t ds_base = wgmma::make_desc_sw128(&s.ds[buf][0][dq_row0][0], 16, 1024);
-      for (uint64_t* d : {&q_base, &do_base, &q_mn_base, &do_mn_base, &ds_base})
-        wgmma::desc_opaque(*d);
-      auto k_major_step = [](int ks, int rows) { return static_cast<uint32_t>((ks / 4) * rows * 128 + (ks % 4) * 32); };
-      constexpr uint32_t kMnStep = 16 * 128;
-
-      // ---- S^T = K_w Q^T, then dP^T = V_w dO^T: 64 keys x kBlockM queries, k = head dim; one group each ----
-      float acc_s[kBlockM / 2], acc_dp[kBlockM / 2];
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        wgmma::mma_ss<kBlockM, 0, Element>(acc_s, wgmma::desc_advance(k_base, k_major_step(ks, kBlockN)),
-                                           wgmma::desc_advance(q_base, k_major_step(ks, kBlockM)), ks > 0);
-      }
-      wgmma::commit_group();
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        wgmma::mma_ss<kBlockM, 0, Element>(acc_dp, wgmma::desc_advance(v_base, k_major_step(ks, kBlockN)),
-                                           wgmma::desc_advance(do_base, k_major_step(ks, kBlockM)), ks > 0);
-      }
-      wgmma::commit_group();
-
-      // ---- P^T and dS^T in place; masks only where the tile is cut by the band or the key tail ----
-      const bool need_mask = tile_needs_mask<kBlockM, kBlockN, kMasked>(e, m0, n0);
-      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];  // A fragments of dV, dK (k = queries)
-      // dV += P^T dO: 64 keys x d, k = kBlockM queries; B MN-major.
-      auto issue_dv = [&] {
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kBlockM / 16; ++ks) {
-          wgmma::mma_rs<kHeadDim, 1, Element>(acc_dv, p_frag[ks], wgmma::desc_advance(do_mn_base, ks * kMnStep), true);
-        }
-        wgmma::commit_group();
-      };
-      // Without softcap the exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before
-      // dS^T: faster than one fused pass after both matmuls, which leaves the tensor cores idle during the exps.
-      if constexpr (!kSoftcap) {
-        wgmma::wait_group<1>();  // S^T is in
-        wgmma::fence_operand(acc_s);
-        probs(p, e, s, stage, acc_s, need_mask, key_row, m0, t);
-        to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-        issue_dv();
-        wgmma::wait_group<1>();  // dP^T is in (dV may still run)
-        wgmma::fence_operand(acc_dp);
-        dscores(s, stage, p_frag, acc_dp, t);
-      } else {
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(acc_s);
-        wgmma::fence_operand(acc_dp);
-        // One fused pass after both matmuls (with softcap dS^T also needs each element's tanh derivative, which
-        // would otherwise stay in registers across the dP^T wait).
-        probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, e, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
-                                                      key_row, m0, t);
-        to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-        issue_dv();
-      }
-      to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
-
-      // ---- dS (queries x this warpgroup's 64 keys) to shared while dV runs ----
-      const uint32_t s_ds = smem_addr(&s.ds[buf][wg][0][0]) + st_off;
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
-      fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
-      named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
-
-      // ---- dQ piece = dS K: 64 x 64, k = the CTA's 128 keys; A K-major, B (K) MN-major. Issued before dK so
-      // that the piece is staged while dK is still on the tensor cores. ----
-      float acc_dq[32];
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        wgmma::mma_ss<64, 1, Element>(acc_dq, wgmma::desc_advance(ds_base, k_major_step(ks, kBlockM)),
-                                      wgmma::desc_advance(k_mn_base, ks * kMnStep), ks > 0);
-      }
-      wgmma::commit_group();
-
-      // ---- dK += dS^T Q: 64 keys x d, k = kBlockM queries; B MN-major ----
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_dk, ds_frag[ks], wgmma::desc_advance(q_mn_base, ks * kMnStep), true);
-      }
-      wgmma::commit_group();
-
-      wgmma::wait_group<1>();  // dV and the dQ piece are done (dK may still run)
-      wgmma::fence_operand(acc_dv);
-      wgmma::fence_operand(acc_dq);
-
-      // ---- dQ piece -> s.dq[buffer][wg] (fp32, TMA's 128B-swizzled layout: two 64 x 32 halves, 16-byte unit u
-      // of row r at u ^ (r % 8), so a warp's float2 stores hit each bank twice, the minimum for 256 bytes); the
-      // buffer's dQ writer adds it into the accumulator. ----
-      mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
-      char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;  // c, c + 1 of 64
-        const int half = c / 32, unit = (c % 32) / 4;
-        *reinterpret_cast<float2*>(s_dq + half * (64 * 128) + r * 128 + ((unit ^ (r % 8)) * 16) + (c % 4) * 4) =
-            make_float2(acc_dq[i], acc_dq[i + 1]);
-      }
-      fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
-      __syncwarp();
-      if (lane == 0) mbarrier::arrive(&s.dq_full[dq_buf.stage][wg]);
-
-      wgmma::wait_group<0>();  // dK done: Q, dO, LSE, D of this stage are no longer read
-      wgmma::fence_operand(acc_dk);
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; ++j) {
-        wgmma::fence_operand(p_frag[j]);
-        wgmma::fence_operand(ds_frag[j]);
-      }
-      // Every thread arrives (not one per warp after __syncwarp): each thread's own LSE / D reads are then
-      // ordered before the producer's next writes to this stage by the barrier alone, which compute-sanitizer's
-      // racecheck can verify.
-      mbarrier::arrive(&s.empty[stage]);
-      dq_buf.advance();
-      st.advance();
-    }
-    if (iterations > 0) {
-      // Every wgmma of the item has completed (wait_group<0> above): K, V may be reloaded for the next item
-      // while this warpgroup writes dK, dV from registers.
-      if constexpr (kPersistent) mbarrier::arrive(&s.kv_empty);
-      ++kv_loads;
-    }
-
-    // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
-    store_dk_dv<Element, kHeadDim>(p, e, acc_dk, acc_dv, b, hkv, key_row, 0, t);
   }
 };
 
