@@ -10,6 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flash4  # noqa: E402
 from attention_reference import allowed_keys, check_tolerance  # noqa: E402
+from torch_reference import attention, numpy64  # noqa: E402
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -47,29 +48,6 @@ def sdpa_reference(q, k, v, scale, causal, window):
     return out.transpose(1, 2)
 
 
-def manual_attention(q, k, v, scale, causal, window, softcap, round_to=None):
-    """(out, lse) computed plainly in q's dtype (float64 here); softcap included. round_to: round P and O to
-    that dtype, which makes the naive same-dtype baseline (and, through autograd, its rounded gradients)."""
-    kk, vv = _repeat_kv(q, k, v)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    s = s.masked_fill(~_mask(q.shape[1], k.shape[1], causal, window, q.device), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.softmax(s, dim=-1)
-    if round_to is not None:
-        p = p.to(round_to).to(q.dtype)
-    out = torch.einsum("bhqk,bkhd->bqhd", p, vv)
-    if round_to is not None:
-        out = out.to(round_to).to(q.dtype)
-        lse = lse.float().to(q.dtype)
-    return out, lse
-
-
-def numpy64(t):
-    return t.detach().to("cpu", torch.float64).numpy()
-
-
 class Case:
     """Inputs of one attention problem on `device` in `dtype`, and flash4's, the reference's and the naive
     baseline's results."""
@@ -102,7 +80,7 @@ class Case:
 
     def run_reference(self, backward):
         leaves = [t.detach().double().requires_grad_(backward) for t in (self.q, self.k, self.v)]
-        out, lse = manual_attention(*leaves, self.scale, self.causal, self.window, self.softcap)
+        out, lse = attention(*leaves, self.scale, self.causal, self.window, self.softcap)
         if self.softcap == 0:  # the judge is PyTorch's SDPA math backend; the manual fp64 path gives the LSE
             out = sdpa_reference(*leaves, self.scale, self.causal, self.window)
         if backward:
@@ -111,8 +89,8 @@ class Case:
 
     def run_naive(self, backward):
         leaves = [t.detach().clone().requires_grad_(backward) for t in (self.q, self.k, self.v)]
-        out, lse = manual_attention(*(t.double() for t in leaves), self.scale, self.causal, self.window,
-                                    self.softcap, round_to=self.dtype)
+        out, lse = attention(*(t.double() for t in leaves), self.scale, self.causal, self.window, self.softcap,
+                             round_to=self.dtype)
         if backward:
             out.backward(self.dout.double())
         return out, lse, [t.grad for t in leaves]
