@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
-from attention_reference import UNIT_ROUNDOFF, allowed_keys, check_tolerance  # noqa: E402
+from attention_reference import UNIT_ROUNDOFF, check_tolerance  # noqa: E402
+from torch_reference import attention  # noqa: E402
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -30,31 +31,10 @@ def offsets(lengths, device):
 
 
 def segment_attention(q, k, v, scale, causal, window, softcap, sink, round_to=None):
-    """(out, lse) of one sequence, q (sq, heads, d), k/v (sk, heads_kv, d), computed plainly in q's dtype
-    (float64 here): the sink is one more score column (no value), dropped after the softmax. round_to: round P
-    and O to that dtype, which makes the naive same-dtype baseline."""
-    group = q.shape[1] // k.shape[1]
-    kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q, kk) * scale
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    ok = torch.from_numpy(allowed_keys(q.shape[0], k.shape[0], causal, window)).to(q.device)
-    s = s.masked_fill(~ok, float("-inf"))
-    if sink is not None:
-        s = torch.cat([s, sink.to(s.dtype)[:, None, None].expand(-1, s.shape[1], 1)], dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    # Rows without keys or sink: p = 0, lse = -inf (softmax of an all -inf row is NaN).
-    p = torch.where(torch.isfinite(lse)[..., None], torch.softmax(s.masked_fill(~torch.isfinite(lse)[..., None], 0), -1),
-                    torch.zeros_like(s))
-    if sink is not None:
-        p = p[..., :-1]
-    if round_to is not None:
-        p = p.to(round_to).to(q.dtype)
-    out = torch.einsum("hqk,khd->qhd", p, vv)
-    if round_to is not None:
-        out = out.to(round_to).to(q.dtype)
-        lse = lse.float().to(q.dtype)
-    return out, lse
+    """(out, lse) of one sequence, q (sq, heads, d), k/v (sk, heads_kv, d): torch_reference.attention on a batch
+    of one."""
+    out, lse = attention(q[None], k[None], v[None], scale, causal, window, softcap, round_to=round_to, sink=sink)
+    return out[0], lse[0]
 
 
 def packed_attention(q, k, v, lens_q, lens_k, scale, causal, window, softcap, sink, round_to=None, used_q=None,

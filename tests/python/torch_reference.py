@@ -7,10 +7,11 @@ import torch
 from attention_reference import allowed_keys
 
 
-def attention(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, round_to=None):
+def attention(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, round_to=None, sink=None):
     """(out, lse) of q (batch, seqlen_q, heads, d), k / v (batch, seqlen_k, heads_kv, d / d_v) in q's dtype (float64
-    here), lse (batch, heads, seqlen_q). Rows that see no key get out 0 and lse -inf. round_to: P and O rounded to
-    that dtype and lse to float32, the naive baseline."""
+    here), lse (batch, heads, seqlen_q). Rows that see no key (nor a sink) get out 0 and lse -inf. round_to: P and
+    O rounded to that dtype and lse to float32, the naive baseline. sink (heads,): one more score column per row
+    that carries no value (dropped after the softmax)."""
     group = q.shape[2] // k.shape[2]
     kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
@@ -18,10 +19,14 @@ def attention(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, round_
         s = softcap * torch.tanh(s / softcap)
     ok = torch.from_numpy(allowed_keys(q.shape[1], k.shape[1], causal, window)).to(q.device)
     s = s.masked_fill(~ok, float("-inf"))
+    if sink is not None:
+        s = torch.cat([s, sink.to(s.dtype)[None, :, None, None].expand(s.shape[0], -1, s.shape[2], 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
     seen = torch.isfinite(lse)[..., None]
     # A row without keys would give softmax NaN: its scores are zeroed first and its probabilities dropped.
     p = torch.where(seen, torch.softmax(s.masked_fill(~seen, 0.0), dim=-1), torch.zeros_like(s))
+    if sink is not None:
+        p = p[..., :-1]
     if round_to is not None:
         p = p.to(round_to).to(q.dtype)
     out = torch.einsum("bhqk,bkhd->bqhd", p, vv)
