@@ -8,13 +8,13 @@
 #include "check/naive_attention.h"
 #include "common/float_convert.h"
 #include "common/parallel_for.h"
+#include "common/score_transform.h"
 #include "reference/array_index.h"
 
 namespace flash4::check {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-constexpr double kLog2e = 1.4426950408889634;
 
 // A value truncated toward zero to `bits` fraction bits below the exponent of `largest`.
 double truncated(double x, double largest, int bits) {
@@ -118,7 +118,7 @@ ForwardResult naive_fp8_forward(const detail::Problem& p, DType out_dtype, const
           m = std::max(m, m_tile);
         } else if (m == kNegInf) {
           m = m_tile;
-        } else if ((m_tile - m) * kLog2e > a.rescale_threshold_log2) {
+        } else if ((m_tile - m) * detail::kLog2e > a.rescale_threshold_log2) {
           const double factor = static_cast<float>(std::exp(m - m_tile));
           for (double& x : o) x = static_cast<float>(x * factor);
           l *= factor;

@@ -10,6 +10,7 @@
 // by the true width (FwdParams::head_dim_v, BwdParams::head_dim / head_dim_v).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -41,22 +42,20 @@ constexpr bool gpu_split_head_dims(int64_t d, int64_t dv) {
   return false;
 }
 
-// The compiled width that runs head dims (d, dv) in the backward and the decode kernels: the narrowest kernel
-// that holds both; 0 if none does.
-constexpr int kernel_head_dim(int64_t d, int64_t dv) {
+// The narrowest of `widths` (ascending) that holds head dims (d, dv); 0 if none does.
+template <size_t N>
+constexpr int narrowest_width(const int64_t (&widths)[N], int64_t d, int64_t dv) {
   const int64_t widest = d > dv ? d : dv;
-  for (int64_t k : kKernelHeadDims)
+  for (int64_t k : widths)
     if (widest <= k) return static_cast<int>(k);
   return 0;
 }
 
+// The compiled width that runs head dims (d, dv) in the backward and the decode kernels.
+constexpr int kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kKernelHeadDims, d, dv); }
+
 // The same for the forward, which has a 192 kernel: 192 and (192, 128) run unpadded or on fewer padded columns.
-constexpr int fwd_kernel_head_dim(int64_t d, int64_t dv) {
-  const int64_t widest = d > dv ? d : dv;
-  for (int64_t k : kFwdKernelHeadDims)
-    if (widest <= k) return static_cast<int>(k);
-  return 0;
-}
+constexpr int fwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kFwdKernelHeadDims, d, dv); }
 
 // Whether the kernel runs (d, dv) zero-padded (narrower than its width, or v narrower than q and k): such
 // problems need the TMA kernels (the backward's mma.sync fallback loads full-width rows itself).
