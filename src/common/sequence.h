@@ -51,6 +51,21 @@ struct SequenceLayout {
     return s;
   }
 
+  // The entry whose query segment starts at or before packed row j: the last b < batch with cu_seqlens_q[b] <= j,
+  // or -1 when there is none. A binary search over the offsets, for kernels that walk packed rows instead of
+  // entries; whether row j takes part is then info(b)'s question. Reads only cu_seqlens_q[0 .. batch - 1],
+  // whatever they hold.
+  FLASH4_HD int64_t entry_at_q_row(int64_t j, int64_t batch) const {
+    if (batch <= 0 || j < cu_seqlens_q[0]) return -1;
+    int64_t lo = 0, hi = batch;  // cu_seqlens_q[lo] <= j; the answer is in [lo, hi)
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (cu_seqlens_q[mid] <= j) lo = mid;
+      else hi = mid;
+    }
+    return lo;
+  }
+
  private:
   // n clamped to [0, max].
   FLASH4_HD static int64_t clamp(int64_t n, int64_t max) { return n < 0 ? 0 : n > max ? max : n; }

@@ -134,6 +134,31 @@ TEST(SequencePolicy, DenseAndPackedLayouts) {
   for (int b = 0; b < 3; ++b) EXPECT_LE(wild.info(b).q_offset + wild.info(b).seqlen_q, wild.total_q);
 }
 
+TEST(SequencePolicy, EntryAtPackedQueryRow) {
+  // Segments [2, 5), [5, 5) (empty), [5, 9); rows 0-1 lie before the first, row 9 after the last.
+  const std::vector<int> cu_q = {2, 5, 5, 9};
+  SequenceLayout packed = dense_layout(4, 4);
+  packed.total_q = 10;
+  packed.cu_seqlens_q = cu_q.data();
+  const int64_t batch = 3;
+  const int64_t expected[10] = {-1, -1, 0, 0, 0, 2, 2, 2, 2, 2};
+  for (int64_t j = 0; j < 10; ++j) EXPECT_EQ(packed.entry_at_q_row(j, batch), expected[j]) << "row " << j;
+  // Row 9 belongs to no segment: entry 2 is found, and its info says the row is past it.
+  const SequenceInfo last = packed.info(packed.entry_at_q_row(9, batch));
+  EXPECT_EQ(last.q_offset + last.seqlen_q, 9);
+  EXPECT_EQ(packed.entry_at_q_row(0, 0), -1);  // no entries
+
+  // Decreasing (corrupt) offsets: some entry in range is still returned, never an index past batch - 1.
+  const std::vector<int> wild_q = {0, 9, 3, 1, 8};
+  SequenceLayout wild = packed;
+  wild.cu_seqlens_q = wild_q.data();
+  for (int64_t j = 0; j < 12; ++j) {
+    const int64_t b = wild.entry_at_q_row(j, 4);
+    EXPECT_GE(b, 0);
+    EXPECT_LT(b, 4);
+  }
+}
+
 TEST(ScorePolicy, OneMeaningWithAndWithoutSoftcap) {
   const float scale = 0.125f, qk = 3.7f;
   const ScoreTransform plain = ScoreTransform::make(scale, 0.0f);

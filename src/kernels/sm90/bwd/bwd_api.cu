@@ -350,7 +350,12 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   const bool persistent = wgmma && !args.deterministic && width <= 128 && rows > 0 &&
                           sm90::bwd::bwd_persistent_pays(params, block_m);
   const size_t counter_bytes = persistent ? 256 : 0;
-  StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes, 256), s);
+  const int dsink_slices =
+      sm90::bwd::dsink_slices(p.varlen() ? p.total_q : p.batch * p.seqlen_q, static_cast<int>(p.heads));
+  const size_t dsink_bytes =
+      params.dsink != nullptr ? align256(static_cast<size_t>(p.heads) * dsink_slices * sizeof(float)) : 0;
+  StreamWorkspace workspace(
+      std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes + dsink_bytes, 256), s);
   char* ws = workspace.data();
   params.dq_accum = reinterpret_cast<float*>(ws);
   params.dsum = reinterpret_cast<float*>(ws + accum_bytes);
@@ -360,6 +365,7 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   if (persistent) {
     params.work_counter = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes + sem_bytes);
   }
+  float* dsink_partial = reinterpret_cast<float*>(ws + accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes);
   if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
   // The pre- and postprocess work row by row: packed queries are one entry of total_q rows to them (rows in no
   // sequence included: their dQ accumulator stays zero, so their dQ is written as zero).
@@ -376,7 +382,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   }
   if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
     if (rows > 0) {
-      sm90::bwd::bwd_dsink_kernel<<<static_cast<unsigned>(p.heads), sm90::bwd::kPrepostThreads, 0, s>>>(params);
+      const dim3 grid(static_cast<unsigned>(dsink_slices), static_cast<unsigned>(p.heads));
+      sm90::bwd::bwd_dsink_partial_kernel<<<grid, sm90::bwd::kPrepostThreads, 0, s>>>(params, dsink_partial);
+      FLASH4_CUDA_CHECK_LAUNCH();
+      sm90::bwd::bwd_dsink_sum_kernel<<<static_cast<unsigned>(p.heads), 32, 0, s>>>(params, dsink_partial,
+                                                                                   dsink_slices);
       FLASH4_CUDA_CHECK_LAUNCH();
     } else {
       FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/sm90/bwd/bwd_params.h"
@@ -63,29 +64,62 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
 }
 
 // dsink[h] = -sum over the rows i of head h that take part in an entry (BwdParams::seq: every row of a dense
-// batch; whatever the rows in none hold) of exp(sink[h] - LSE_i) * D_i, after the preprocess: one CTA per head,
-// entries in order, each thread's rows in a fixed order and a fixed reduction tree, so the result is the same
-// every run (deterministic mode included).
-__global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_kernel(const __grid_constant__ BwdParams p) {
-  __shared__ float partial[kPrepostThreads];
-  const int h = blockIdx.x;
+// batch; whatever the rows in none hold) of exp(sink[h] - LSE_i) * D_i, after the preprocess, in two steps with
+// fixed orders and fixed reduction trees, so the result is the same every run (deterministic mode included).
+// Step 1, grid (slices, heads): slice s of head h adds up the head's row slots s * 256 + t, stepping by
+// slices * 256 (slots: batch * seqlen_q dense, total_q packed), into partial[h * slices + s]. Rows, not entries,
+// are the unit of work, so one long sequence and a thousand short ones both spread over the GPU.
+inline int dsink_slices(int64_t slots_per_head, int heads) {
+  const int64_t wanted = (slots_per_head + 1023) / 1024;  // about 4 rows per thread
+  const int64_t most = std::max<int64_t>(1, 528 / std::max(heads, 1));  // about 4 CTAs per SM in all
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
+}
+
+__global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_partial_kernel(const __grid_constant__ BwdParams p,
+                                                                            float* partial) {
+  __shared__ float sums[kPrepostThreads];
+  const int h = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   const float sink_log2 = p.learnable_sink[h] * detail::kLog2e;
   const bool packed = p.seq.cu_seqlens_q != nullptr;
-  const int64_t rows_per_head = packed ? p.seq.total_q : p.seqlen_q;
+  const int64_t slots = packed ? p.seq.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
   float acc = 0.0f;
-  for (int b = 0; b < p.batch; ++b) {
-    const detail::SequenceInfo si = p.seq.info(b);
-    const int64_t row0 = (static_cast<int64_t>(packed ? 0 : b) * p.heads + h) * rows_per_head + si.q_offset;
-    for (int64_t i = threadIdx.x; i < si.seqlen_q; i += kPrepostThreads)
-      acc += exp2f(sink_log2 - p.lse_log2[row0 + i]) * p.dsum[row0 + i];  // LSE is finite: it includes the sink
+  for (int64_t j = static_cast<int64_t>(slice) * kPrepostThreads + threadIdx.x; j < slots;
+       j += static_cast<int64_t>(slices) * kPrepostThreads) {
+    int64_t row, i;
+    detail::SequenceInfo si;
+    if (packed) {  // rows of head h: h * total_q + j
+      const int64_t b = p.seq.entry_at_q_row(j, p.batch);
+      if (b < 0) continue;
+      si = p.seq.info(b);
+      i = j - si.q_offset;
+      row = static_cast<int64_t>(h) * p.seq.total_q + j;
+    } else {  // rows of entry b, head h: (b * heads + h) * seqlen_q + i
+      const int64_t b = j / p.seqlen_q;
+      si = p.seq.info(b);
+      i = j - b * p.seqlen_q;
+      row = (b * p.heads + h) * p.seqlen_q + i;
+    }
+    if (i < 0 || i >= si.seqlen_q) continue;  // a row in no entry
+    acc += exp2f(sink_log2 - p.lse_log2[row]) * p.dsum[row];  // LSE is finite: it includes the sink
   }
-  partial[threadIdx.x] = acc;
+  sums[threadIdx.x] = acc;
   __syncthreads();
   for (int half = kPrepostThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) p.dsink[h] = -partial[0];
+  if (threadIdx.x == 0) partial[h * slices + slice] = sums[0];
+}
+
+// Step 2, one warp per head: lane l adds the slices l, l + 32, ... in order, then a fixed shuffle tree.
+__global__ void __launch_bounds__(32) bwd_dsink_sum_kernel(const __grid_constant__ BwdParams p,
+                                                           const float* partial, int slices) {
+  const int h = blockIdx.x;
+  float acc = 0.0f;
+  for (int s = threadIdx.x; s < slices; s += 32) acc += partial[h * slices + s];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (threadIdx.x == 0) p.dsink[h] = -acc;
 }
 
 // dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), 8 elements (one 16-byte store) per thread.
