@@ -23,6 +23,11 @@
 #            d = 128 / 256, FP8_SEQLENS default 1024,4096,16384, 3 rounds) into DIR/fp8.jsonl, table printed
 #   varlen - packed batches and the learnable sink against the dense batch of the same FLOPs (flash4_bench
 #            --varlen), JSON lines in DIR/varlen.jsonl
+#   varlen-peers - bench/varlen_peers.py: packed batches through the Python package (install-python first) beside
+#            FlashAttention-4's varlen kernels (FA4 staged as for `peers`) and the dense batch of the same FLOPs,
+#            forward and backward, with and without the sink; $OUT/varlen-peers.json. VARLEN_PEERS_ARGS adds options
+#   train-hf - bench/transformers_train.py: a transformers Llama trained with flash4 and with SDPA in one process
+#            (install-python first), dense and packed batches; JSON lines in $OUT/train-hf.jsonl
 #   decode - KV-cache decode: the decode GPU tests (GTEST_FILTER ${DECODE_FILTER:-KvCache*:DecodeRoute*}), then
 #            flash4_bench --decode (issue #19's rows, contiguous / paged 256 / paged 16, single calls, graph replays,
 #            chunked prefill; DECODE_SPLITS="0,1,4,16" times several split counts) into DIR/decode.jsonl, and
@@ -252,6 +257,19 @@ for r in rows:
         print(f"{r['d']:>4} {r['s']:>6} {str(r['causal']):>6} {b['tflops']:>10.1f} {r['tflops']:>9.1f} "
               f"{r['tflops'] / b['tflops']:>8.2f}")
 PY
+      ;;
+    varlen-peers)
+      [[ -f .peers/b/install-fa4.sh ]] && source .peers/b/install-fa4.sh >"$OUT/fa4-install.log" 2>&1
+      PYTHONUNBUFFERED=1 timeout "${VARLEN_PEERS_LIMIT_S:-400}" python3 bench/varlen_peers.py --out "$OUT/varlen-peers.json" \
+        ${VARLEN_PEERS_ARGS:-} >"$OUT/varlen-peers.jsonl" 2>"$OUT/varlen-peers.err"
+      summary+=("varlen-peers: rc=$? $(wc -l <"$OUT/varlen-peers.jsonl") timings")
+      grep -A30 "^# pass" "$OUT/varlen-peers.err" | head -30
+      ;;
+    train-hf)
+      PYTHONUNBUFFERED=1 timeout "${TRAIN_HF_LIMIT_S:-300}" python3 bench/transformers_train.py ${TRAIN_HF_ARGS:-} \
+        >"$OUT/train-hf.jsonl" 2>"$OUT/train-hf.err"
+      summary+=("train-hf: rc=$? $(wc -l <"$OUT/train-hf.jsonl") timings")
+      cat "$OUT/train-hf.jsonl"
       ;;
     varlen)
       timeout "${AB_LIMIT_S:-300}" "$BUILD_DIR/bench/flash4_bench" --varlen --iters 20 >"$OUT/varlen.jsonl" 2>"$OUT/varlen.err"
