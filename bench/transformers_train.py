@@ -49,6 +49,30 @@ def step_ms(model, optimizer, ids, position_ids):
     return start.elapsed_time(end)
 
 
+def profile_step(model, optimizer, ids, position_ids, steps=3, top=12):
+    """Kernel time per step by kernel name (torch.profiler), the GPU's busy time and the wall time of `steps`
+    steps: where a gap between two implementations comes from."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            loss = model(ids, position_ids=position_ids, labels=ids).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        end.record()
+        end.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / 1e3 / steps
+    ranked = sorted(kernels.items(), key=lambda kv: -kv[1])
+    return {"wall_ms": round(start.elapsed_time(end) / steps, 3), "gpu_busy_ms": round(sum(kernels.values()), 3),
+            "top_kernels": [[name[:90], round(ms, 3)] for name, ms in ranked[:top]]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hidden", type=int, default=2048)
@@ -58,6 +82,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per sequence of the dense batch")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--profile", action="store_true", help="also profile a few steps per implementation")
     args = parser.parse_args()
     models = {name: make_model(impl, args) for name, impl in (("flash4", f4hf.register()), ("sdpa", "sdpa"))}
     rng = random.Random(0)
@@ -84,6 +109,10 @@ def main():
                               and name == "flash4" else args.batch, "hidden": args.hidden, "head_dim": args.head_dim,
                               "layers": args.layers, "ms": round(ms, 3),
                               "tokens_per_s": round(args.batch * args.tokens / ms * 1e3)}), flush=True)
+        if args.profile:
+            for name in models:
+                print(json.dumps({"bench": "transformers_train_profile", "impl": name, "batch": batch_name,
+                                  **profile_step(*models[name], *inputs[name])}), flush=True)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,27 @@ def test_packed_batch_equals_padded_batch(device):
             at += doc.numel()
 
 
+def test_packing_of_positions_is_computed_once_per_tensor(monkeypatch):
+    """Every layer gets the same position_ids: the offsets (a device synchronization each) are found once per
+    tensor, and again for a new tensor or after an in-place change, never taken from a stale entry."""
+    calls = []
+    find = f4hf._offsets_from_position_ids
+    monkeypatch.setattr(f4hf, "_offsets_from_position_ids", lambda pos: calls.append(1) or find(pos))
+    packing = f4hf._PackingOfPositions()
+    positions = torch.tensor([[0, 1, 2, 0, 1]])
+    for _ in range(4):  # four layers
+        cu, longest = packing(positions, 1)
+    assert len(calls) == 1 and cu.tolist() == [0, 3, 5] and longest == 3
+    positions[0, 4] = 0  # in place: documents [0, 1, 2], [0], [0]
+    assert packing(positions, 1)[0].tolist() == [0, 3, 4, 5] and len(calls) == 2
+    del positions
+    other = torch.tensor([[0, 1, 0, 1, 2]])  # a new tensor, perhaps at the freed one's address
+    assert packing(other, 1)[0].tolist() == [0, 2, 5] and len(calls) == 3
+    assert packing(torch.arange(5)[None], 1) is None  # one document: the dense path
+    assert packing(torch.tensor([[0, 1], [0, 1]]), 2) is None  # a batch of two is never packed
+    assert packing(None, 1) is None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_training_step_gradients_match_sdpa(device):
     ours, theirs = pair(device)

@@ -12,6 +12,8 @@ Masks are bottom-right aligned (as in flash-attn), which is what a decoder with 
 (gpt-oss's `s_aux`) become flash4's learnable_sink, with their gradient.
 """
 
+import weakref
+
 import torch
 
 import flash4
@@ -43,6 +45,28 @@ def _is_packed(position_ids, batch):
     return bool((positions.diff() < 0).any())
 
 
+class _PackingOfPositions:
+    """Whether position_ids describe a packed batch, and its offsets, computed once per position_ids tensor: the
+    model hands every layer the same tensor, and each answer costs a device synchronization. The cache holds one
+    entry, keyed by the tensor's identity (a weak reference, so a freed tensor's address is never mistaken for
+    it) and its version counter (an in-place change invalidates it)."""
+
+    def __init__(self):
+        self._ref, self._version, self._answer = None, None, None
+
+    def __call__(self, position_ids, batch):
+        """(cu_seqlens, longest) for a packed batch, None otherwise."""
+        if position_ids is None or batch != 1 or position_ids.shape[-1] <= 1:
+            return None
+        if self._ref is None or self._ref() is not position_ids or self._version != position_ids._version:
+            answer = _offsets_from_position_ids(position_ids) if _is_packed(position_ids, batch) else None
+            self._ref, self._version, self._answer = weakref.ref(position_ids), position_ids._version, answer
+        return self._answer
+
+
+_packing_of = _PackingOfPositions()
+
+
 def flash4_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                              sliding_window=None, softcap=None, is_causal=None, s_aux=None, position_ids=None,
                              cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
@@ -65,8 +89,9 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
                                             v.reshape(-1, *v.shape[2:]), cu_seq_lens_q, cu_seq_lens_k,
                                             int(max_length_q), int(max_length_k), **options)
         return out.view(batch, seqlen_q, heads, dim), None
-    if attention_mask is None and _is_packed(position_ids, batch) and seqlen_q == seqlen_k:
-        cu, longest = _offsets_from_position_ids(position_ids)
+    packing = _packing_of(position_ids, batch) if attention_mask is None and seqlen_q == seqlen_k else None
+    if packing is not None:
+        cu, longest = packing
         out = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, longest, longest, **options)
         return out[None], None
     if attention_mask is not None and attention_mask.dim() == 2:
