@@ -154,11 +154,15 @@ inline void print_row(const char* impl, const std::string& layout, const Row& r,
   std::fflush(stdout);
 }
 
-inline void run(int iters, const std::vector<int>& split_counts) {
+// only_batch > 0 (--decode-row B:S): that row alone, contiguous cache only and no chunked prefill, for profilers.
+inline void run(int iters, const std::vector<int>& split_counts, int only_batch = 0, int only_seqlen = 0) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  for (const Row& r : kRows) {
-    for (int page : {0, 256, 16}) {
+  std::vector<Row> rows(std::begin(kRows), std::end(kRows));
+  if (only_batch > 0) rows = {Row{only_batch, only_seqlen}};
+  const std::vector<int> pages = only_batch > 0 ? std::vector<int>{0} : std::vector<int>{0, 256, 16};
+  for (const Row& r : rows) {
+    for (int page : pages) {
       Caches caches(r, page, 1);
       const std::string layout = page == 0 ? "contiguous" : "paged" + std::to_string(page);
       for (int splits : split_counts) {
@@ -180,6 +184,7 @@ inline void run(int iters, const std::vector<int>& split_counts) {
       }
     }
   }
+  if (only_batch > 0) return;
   // Chunked prefill: 512 queries (causal, the last positions) against a 32k cache.
   const Row chunk{1, 32768};
   for (int page : {0, 256}) {

@@ -2,7 +2,7 @@
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...] [--dims D1,D2,...]
-//                     [--host] [--varlen] [--decode [--decode-splits 0,1,8]] [--fp8]
+//                     [--host] [--varlen] [--decode [--decode-splits 0,1,8] [--decode-row B:S]] [--fp8]
 //   --dims: head dims (default 64,128,256; 96 runs zero-padded on the 128 kernel, 192 on its own); heads = 2048 / d
 //           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
   bool ablation = false, backward = false, candidates = false, host = false, varlen = false, decode = false;
   bool fp8 = false;
   std::vector<int> decode_splits = {0};
+  int decode_only_batch = 0, decode_only_seqlen = 0;  // --decode-row B:S times that decode row alone (profilers)
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
   std::vector<int> dims = {64, 128, 256};                            // --dims 96,192 selects others
@@ -332,6 +333,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode")) decode = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--decode-splits") && i + 1 < argc) decode_splits = parse_ints(argv[++i]);
+    else if (!std::strcmp(argv[i], "--decode-row") && i + 1 < argc)
+      std::sscanf(argv[++i], "%d:%d", &decode_only_batch, &decode_only_seqlen);
   }
   if (varlen) {
     varlen_bench::run(iters);
@@ -342,7 +345,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (decode) {
-    decode_bench::run(iters, decode_splits);
+    decode_bench::run(iters, decode_splits, decode_only_batch, decode_only_seqlen);
     return 0;
   }
   if (host) {

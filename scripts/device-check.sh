@@ -7,6 +7,7 @@
 #   bench  - flash4 forward vs cuDNN / FA2 (SDPA backends), JSON under $OUT
 #   bench-bwd - the same for the backward (flash4 and its deterministic mode)
 #   profile-bwd - Nsight Compute on the backward main kernel, non-deterministic and deterministic launches
+#   profile-decode - Nsight Compute on one KV-cache decode launch (DECODE_ROW=batch:seqlen, default 8:32768)
 #   profile - Nsight Compute sections + SASS instruction mix of one forward launch
 #   cli    - `flash4 run --check` on the GPU (forward and backward), as a user would
 #   install-python - only the offline pip install of the Python package (for bench-py)
@@ -97,6 +98,14 @@ for stage in $STAGES; do
       summary+=("ncu source: rc=$?")
       cuobjdump -sass "$BUILD_DIR/bench/flash4_bench" 2>/dev/null | awk '/Function : .*fwd_kernel.*Li128ELb0E/{p=1} p&&/Function : /&&!/Li128ELb0E/{p=0} p' |
         grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9.]+' | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -40 >"$OUT/sass-mix.txt"
+      ;;
+    profile-decode)
+      # Nsight Compute on one decode launch of the row DECODE_ROW (batch:seqlen, default 8:32768; contiguous cache).
+      ncu --clock-control none -k regex:decode_kernel -s 5 -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+        "$BUILD_DIR/bench/flash4_bench" --decode --iters 3 --decode-row "${DECODE_ROW:-8:32768}" >"$OUT/ncu-decode.txt" 2>&1
+      summary+=("ncu decode: rc=$?")
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Eligible Warps|No Eligible|Registers Per|Block Size|Grid Size|Theoretical Occ|Stall" "$OUT/ncu-decode.txt" | head -30
       ;;
     bench)
       "$BUILD_DIR/bench/flash4_bench" ${BENCH_ARGS:-} >"$OUT/bench-flash4.jsonl" 2>"$OUT/bench-flash4.err"
