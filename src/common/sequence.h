@@ -38,6 +38,11 @@ struct SequenceLayout {
     SequenceInfo s;
     s.seqlen_q = seqlen_q;
     s.seqlen_k = seqlen_k;
+    // Dense batches take one branch here: tested one pointer at a time, the compiler predicated the seqused
+    // reads and clamps, and every tile of a dense kernel issued them.
+    if ((reinterpret_cast<uintptr_t>(cu_seqlens_q) | reinterpret_cast<uintptr_t>(cu_seqlens_k) |
+         reinterpret_cast<uintptr_t>(seqused_q) | reinterpret_cast<uintptr_t>(seqused_k)) == 0)
+      return s;
     if (cu_seqlens_q != nullptr) {
       s.q_offset = clamp(cu_seqlens_q[b], total_q);
       s.seqlen_q = clamp(clamp(int64_t{cu_seqlens_q[b + 1]} - cu_seqlens_q[b], seqlen_q), total_q - s.q_offset);
