@@ -37,16 +37,18 @@ def document_lengths(tokens, rng):
     return lengths
 
 
-def step_ms(model, optimizer, ids, position_ids):
+def steps_ms(model, optimizer, ids, position_ids, steps=1):
+    """Milliseconds per training step (forward + backward + AdamW), over `steps` steps."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    loss = model(ids, position_ids=position_ids, labels=ids).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    for _ in range(steps):
+        loss = model(ids, position_ids=position_ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end) / steps
 
 
 def profile_step(model, optimizer, ids, position_ids, steps=3, top=12):
@@ -55,21 +57,13 @@ def profile_step(model, optimizer, ids, position_ids, steps=3, top=12):
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(steps):
-            loss = model(ids, position_ids=position_ids, labels=ids).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        end.record()
-        end.synchronize()
+        wall_ms = steps_ms(model, optimizer, ids, position_ids, steps)
     kernels = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / 1e3 / steps
     ranked = sorted(kernels.items(), key=lambda kv: -kv[1])
-    return {"wall_ms": round(start.elapsed_time(end) / steps, 3), "gpu_busy_ms": round(sum(kernels.values()), 3),
+    return {"wall_ms": round(wall_ms, 3), "gpu_busy_ms": round(sum(kernels.values()), 3),
             "top_kernels": [[name[:90], round(ms, 3)] for name, ms in ranked[:top]]}
 
 
@@ -99,7 +93,7 @@ def main():
         for i in range(args.steps + 3):  # 3 warm-up steps, then alternate the order every step
             order = list(models) if i % 2 == 0 else list(models)[::-1]
             for name in order:
-                t = step_ms(*models[name], *inputs[name])
+                t = steps_ms(*models[name], *inputs[name])
                 if i >= 3:
                     times[name].append(t)
         for name, ts in times.items():
