@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""One backward pass of each implementation inside an NVTX range named after it, for Nsight Compute to profile the
+same shape in flash4 and its peers (FA4, cuDNN) with the same sections:
+
+    ncu --nvtx --nvtx-include "fa4/" --section ... python3 bench/profile_peer_backward.py --impls fa4 --d 128 --s 4096
+
+The protocol's shapes: batch x seqlen = 16k tokens, heads x head_dim = 2048, bf16. Each implementation runs
+--warmup backward passes first (FA4 compiles its kernels on the first call), then one inside the range.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_impls import load_impls, parse_impls  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--impls", default="flash4,fa4")
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--s", type=int, default=4096)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    fns, versions = load_impls(parse_impls(args.impls), lambda m: print(m, file=sys.stderr))
+    print(versions, file=sys.stderr)
+    b, h, s, d = max(1, 16384 // args.s), 2048 // args.d, args.s, args.d
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    for name, fwd in fns.items():
+        out = fwd(q, k, v, args.causal)
+        for _ in range(args.warmup):
+            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(name)
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        print(f"{name}: d {d} s {s} causal {args.causal} done", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
