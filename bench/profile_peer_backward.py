@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""One backward pass of each implementation inside an NVTX range named after it, for Nsight Compute to profile the
-same shape in flash4 and its peers (FA4, cuDNN) with the same sections:
+"""--warmup + 1 backward passes of one implementation at one shape, for Nsight Compute to profile flash4 and its
+peers (FA4, cuDNN) at the same shape with the same sections. Both flash4 and FA4 launch three kernels per backward
+whose names match "bwd" or "backward" (preprocess, main kernel, postprocess), so the last pass is
 
-    ncu --nvtx --nvtx-include "fa4/" --section ... python3 bench/profile_peer_backward.py --impls fa4 --d 128 --s 4096
+    ncu -k 'regex:(?i)bwd|backward' -s 9 -c 3 --section ... python3 bench/profile_peer_backward.py --impls fa4 --d 128
 
-The protocol's shapes: batch x seqlen = 16k tokens, heads x head_dim = 2048, bf16. Each implementation runs
---warmup backward passes first (FA4 compiles its kernels on the first call), then one inside the range.
+(an NVTX range would not do: autograd runs the backward on its own thread). The protocol's shapes: batch x seqlen =
+16k tokens, heads x head_dim = 2048, bf16. FA4 compiles its kernels during the warm-up passes.
 """
 import argparse
 import os
@@ -36,10 +37,7 @@ def main():
         out = fwd(q, k, v, args.causal)
         for _ in range(args.warmup):
             torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push(name)
         torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-        torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         print(f"{name}: d {d} s {s} causal {args.causal} done", file=sys.stderr)
 
