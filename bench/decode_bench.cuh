@@ -5,7 +5,9 @@
 // Per row: the median kernel time of back-to-back calls (CUDA events; enough cache copies rotated that the working
 // set exceeds L2), the KV read bandwidth (K and V bytes / time), the median of synchronized single calls (host
 // wall clock, host cost included) and of CUDA-graph replays. --decode-splits 0,1,4 times each split count
-// (0 = the library's choice). Prints JSON lines.
+// (0 = the library's choice). The layout "head_major" stores the contiguous cache as (batch, hkv, seqlen, d) (the
+// same logical tensor through strides): each CTA then streams one contiguous range instead of 256-byte rows 2 KB
+// apart, which shows what the access pattern costs. Prints JSON lines.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +29,7 @@ constexpr int kHeads = 32, kHeadsKv = 8, kHeadDim = 128;
 struct Row {
   int batch, seqlen;
 };
+constexpr int kHeadMajor = -1;  // the `page` of a head-major contiguous cache
 const Row kRows[] = {{1, 8192}, {1, 65536}, {1, 131072}, {8, 8192}, {8, 32768}, {32, 16384}, {64, 4096}, {128, 2048}};
 
 __nv_bfloat16* random_bf16(size_t n, uint32_t seed) {
@@ -46,7 +49,7 @@ struct Set {
 
 class Caches {
  public:
-  // page = 0: contiguous. seqlen_q queries per sequence (causal when > 1).
+  // page = 0: contiguous; kHeadMajor: contiguous, stored head-major. seqlen_q queries per sequence (causal when > 1).
   Caches(const Row& r, int page, int seqlen_q) {
     const size_t kv = size_t(r.batch) * r.seqlen * kHeadsKv * kHeadDim;
     const size_t set_bytes = 2 * kv * 2;
@@ -67,9 +70,14 @@ class Caches {
       a.out = flash4::make_view(s.out, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, kHeads, kHeadDim);
       a.cache_seqlens = flash4::make_view(s.seqlens, flash4::DType::kInt32, dev, r.batch);
       a.causal = seqlen_q > 1;
-      if (page == 0) {
+      if (page <= 0) {
         a.k_cache = flash4::make_view(s.k, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
         a.v_cache = flash4::make_view(s.v, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
+        if (page == kHeadMajor)
+          for (flash4::TensorView* t : {&a.k_cache, &a.v_cache}) {
+            t->stride[1] = kHeadDim;
+            t->stride[2] = int64_t{r.seqlen} * kHeadDim;
+          }
       } else {
         const int pages_per_seq = r.seqlen / page, pages = r.batch * pages_per_seq;
         std::vector<int> table(pages);
@@ -160,11 +168,13 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<Row> rows(std::begin(kRows), std::end(kRows));
   if (only_batch > 0) rows = {Row{only_batch, only_seqlen}};
-  const std::vector<int> pages = only_batch > 0 ? std::vector<int>{0} : std::vector<int>{0, 256, 16};
+  const std::vector<int> pages =
+      only_batch > 0 ? std::vector<int>{0} : std::vector<int>{0, kHeadMajor, 256, 16};
   for (const Row& r : rows) {
     for (int page : pages) {
       Caches caches(r, page, 1);
-      const std::string layout = page == 0 ? "contiguous" : "paged" + std::to_string(page);
+      const std::string layout =
+          page == 0 ? "contiguous" : page == kHeadMajor ? "head_major" : "paged" + std::to_string(page);
       for (int splits : split_counts) {
         for (int i = 0; i < caches.count(); ++i) caches.set(i).args.num_splits = splits;
         const int chosen = flash4::sm90::decode::decode_num_splits(splits, sms, r.batch, kHeadsKv, kHeads / kHeadsKv,

@@ -2,8 +2,9 @@
 paged caches), flash4.flash_attn_func (its decode route), cuDNN SDPA, and FlashAttention-4's flash_attn_func
 (`from flash_attn.cute import flash_attn_func`) when importable; the rows of issue #19 (GQA 32/8, head_dim 128,
 bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls (us), the KV
-read bandwidth (TB/s) and the median single synchronized call (us). Cache copies are rotated so that the working
-set exceeds L2."""
+read bandwidth (TB/s), the median single synchronized call (us) and the median CUDA-graph replay of one captured
+call (us_graph: kernel time without the host's per-call cost, the way a serving loop that captures its decode step
+runs). Cache copies are rotated so that the working set exceeds L2."""
 
 import argparse
 import json
@@ -77,16 +78,35 @@ def inputs(batch, seqlen, page, sets, device="cuda"):
     return out
 
 
+def graph_ms(fn, iters, sets, warm_ms):
+    """Median replay time of one CUDA graph per set, each holding one captured call."""
+    import torch
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    graphs = []
+    with torch.cuda.stream(stream):
+        for i in range(sets):
+            fn(i)  # outside capture first: lazy initialization (cuDNN plans, workspaces) must not be captured
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                fn(i)
+            graphs.append(g)
+    torch.cuda.synchronize()
+    return median_ms(lambda i: graphs[i].replay(), iters, sets, warm_ms)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split(";")[0])
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warm-ms", type=float, default=100.0)
+    ap.add_argument("--rows", default="", help="only these rows, e.g. 8x32768,1x65536 (for profilers)")
     args = ap.parse_args()
+    rows = [tuple(map(int, r.split("x"))) for r in args.rows.split(",") if r] or ROWS
     import torch
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     fns = make_impls([n.strip() for n in args.impls.split(",") if n.strip()], log)
-    for batch, seqlen in ROWS:
+    for batch, seqlen in rows:
         kv_bytes = 2 * batch * seqlen * 8 * 128 * 2
         sets = max(1, (200 << 20) // kv_bytes + 1)
         for name, fn in fns.items():
@@ -99,9 +119,14 @@ def main():
             except Exception as e:  # one implementation's refusal must not end the sweep
                 log(f"{name} {batch}x{seqlen}: {type(e).__name__}: {e}")
                 continue
+            try:
+                graph = round(graph_ms(run, args.iters, sets, args.warm_ms) * 1e3, 2)
+            except Exception as e:  # not every implementation can be captured
+                log(f"{name} {batch}x{seqlen}: no graph replay: {type(e).__name__}: {e}")
+                graph = None
             print(json.dumps({"bench": "decode", "impl": name, "b": batch, "s": seqlen, "h": 32, "hkv": 8, "d": 128,
                               "us": round(ms * 1e3, 2), "tbps": round(kv_bytes / (ms * 1e-3) / 1e12, 3),
-                              "us_single": round(single * 1e3, 2)}), flush=True)
+                              "us_single": round(single * 1e3, 2), "us_graph": graph}), flush=True)
             del data
             torch.cuda.empty_cache()
 

@@ -19,14 +19,22 @@ namespace flash4::detail {
 // -inf in host and device code alike (std::numeric_limits is host-only without --expt-relaxed-constexpr).
 FLASH4_HD float negative_infinity() { return -INFINITY; }
 
+// The last step of the merge, for callers that reduce over the parts themselves (the GPU combine does it across
+// a warp): m = the largest of the parts' lse and the sink, sum = sum_s exp(lse_s - m) over the parts alone.
+FLASH4_HD float combined_lse_from_sum(float m, float sum, bool has_sink, float sink) {
+  if (m == negative_infinity()) return m;  // no key in any part and no sink
+  if (has_sink) sum += expf(sink - m);
+  return m + logf(sum);
+}
+
 // The merged lse of parts lse[0 .. n) (stride apart) and, when has_sink, the extra logit `sink`.
 FLASH4_HD float combined_lse(const float* lse, int64_t n, int64_t stride, bool has_sink, float sink) {
   float m = has_sink ? sink : negative_infinity();
   for (int64_t s = 0; s < n; ++s) m = lse[s * stride] > m ? lse[s * stride] : m;
-  if (m == negative_infinity()) return m;  // no key in any part and no sink
-  float sum = has_sink ? expf(sink - m) : 0.0f;
-  for (int64_t s = 0; s < n; ++s) sum += expf(lse[s * stride] - m);
-  return m + logf(sum);
+  float sum = 0.0f;
+  if (m != negative_infinity())
+    for (int64_t s = 0; s < n; ++s) sum += expf(lse[s * stride] - m);
+  return combined_lse_from_sum(m, sum, has_sink, sink);
 }
 
 // The weight exp(lse_s - lse) of a part in the merged output (0 for an empty part or an empty merge).

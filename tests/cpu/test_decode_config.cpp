@@ -35,8 +35,12 @@ TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {
 TEST(DecodeConfig, SplitHeuristic) {
   constexpr int kSms = 132;
   // GQA 32/8, d = 128, one query: 4 rows per KV head, one 16-row tile.
-  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536), 29);
+  // Splits fill the 264 CTA slots (2 per SM) in one wave: 264 / 8 items.
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536), 33);
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 8192), 32);  // at least 256 keys per split
   EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768), 4);
+  EXPECT_EQ(decode_num_splits(0, kSms, 2, 8, 4, 256, 65536), 8);  // d = 256: one CTA per SM, 132 / 16
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 64, 128, 65536), 16);  // 64 rows (speculative): one CTA per SM
   EXPECT_EQ(decode_num_splits(0, kSms, 32, 8, 4, 128, 16384), 1);
   EXPECT_EQ(decode_num_splits(0, kSms, 64, 8, 4, 128, 4096), 1);
   EXPECT_EQ(decode_num_splits(0, kSms, 128, 8, 4, 128, 2048), 1);

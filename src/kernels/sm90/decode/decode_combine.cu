@@ -1,11 +1,18 @@
 // The split-KV combine: merges the partial outputs and LSEs of every split of a (sequence, head, query) row with
 // the math of common/lse_combine.h (the CPU's split and the context-parallel merge use the same functions), folds in
 // the learnable sink, and writes out (Element) and lse. One warp per row; each lane owns 4 or 8 columns (2 at
-// d = 64), read as float4 / float2 from the (splits, rows, d) fp32 partials.
+// d = 64), read as float2 from the (splits, rows, d) fp32 partials.
+// The kernel is latency-bound (a few KB per row, just written to L2 by the attention kernel), so it keeps loads in
+// flight instead of walking the splits one by one: lane l reads the LSEs of splits l, l + 32, ... and the warp
+// reduces them with shuffles, then the partial outputs are read several splits at a time. It is launched as a
+// programmatic dependent of the attention kernel (hw/sm90/grid_dependency.cuh), so its launch overlaps that
+// kernel's tail.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "common/lse_combine.h"
+#include "common/split_kv.h"
+#include "hw/sm90/grid_dependency.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/decode/decode_launch.h"
 #include "kernels/sm90/pack.cuh"
@@ -14,29 +21,80 @@ namespace flash4::sm90::decode {
 namespace {
 
 constexpr int kWarpsPerCta = 4;
+constexpr int kSplitsPerLane = detail::kMaxSplits / 32;  // LSEs per lane
+static_assert(detail::kMaxSplits % 32 == 0, "whole lanes");
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
 
 template <class Element, int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid_constant__ CombineParams p) {
+  constexpr int kBatch = 32 / kPerLane;  // splits in flight per lane: 32 floats of partial output (d = 256: no spills)
+  grid_dependency_wait();  // the attention kernel's partials are complete and visible
   const int64_t rows = int64_t{p.batch} * p.heads * p.seqlen_q;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerCta + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int splits = min(p.splits, detail::kMaxSplits);
   const int64_t i = row % p.seqlen_q, h = (row / p.seqlen_q) % p.heads, b = row / (int64_t{p.seqlen_q} * p.heads);
   constexpr int kHeadDim = 32 * kPerLane;
   const float* lse_parts = p.lse_partial + row;  // split s at s * rows
   const bool has_sink = p.sink != nullptr;
-  // Every lane merges the LSEs itself (the same loads, broadcast): the one definition of the math.
-  const float lse = detail::combined_lse(lse_parts, p.splits, rows, has_sink, has_sink ? p.sink[h] : 0.0f);
-  float acc[kPerLane] = {};
-  for (int s = 0; s < p.splits; ++s) {
-    const float w = detail::combine_weight(lse_parts[s * rows], lse);
-    if (w == 0.0f) continue;  // an empty split: its partial output is never read
-    const float* o = p.o_partial + (s * rows + row) * kHeadDim + lane * kPerLane;
+  const float sink = has_sink ? p.sink[h] : 0.0f;
+
+  // The LSE of every split, lane l holding splits l + 32 k; combined_lse's max and sum as warp reductions.
+  float lse_s[kSplitsPerLane];
+  float m = has_sink ? sink : detail::negative_infinity();
 #pragma unroll
-    for (int x = 0; x < kPerLane; x += 2) {
-      const float2 v = *reinterpret_cast<const float2*>(o + x);
-      acc[x] += w * v.x;
-      acc[x + 1] += w * v.y;
+  for (int k = 0; k < kSplitsPerLane; ++k) {
+    const int s = lane + 32 * k;
+    lse_s[k] = s < splits ? lse_parts[s * rows] : detail::negative_infinity();
+    m = fmaxf(m, lse_s[k]);
+  }
+  m = warp_max(m);
+  float sum = 0.0f;
+  if (m != detail::negative_infinity())
+#pragma unroll
+    for (int k = 0; k < kSplitsPerLane; ++k) sum += expf(lse_s[k] - m);  // exp(-inf) = 0 for absent splits
+  const float lse = detail::combined_lse_from_sum(m, warp_sum(sum), has_sink, sink);
+  float weight[kSplitsPerLane];
+#pragma unroll
+  for (int k = 0; k < kSplitsPerLane; ++k) weight[k] = detail::combine_weight(lse_s[k], lse);
+
+  // out = sum_s weight_s o_s, kBatch splits' loads issued before their sums; weight_s from lane s % 32.
+  float acc[kPerLane] = {};
+  const float* o_lane = p.o_partial + row * kHeadDim + lane * kPerLane;  // split s at s * rows * kHeadDim
+#pragma unroll
+  for (int k = 0; k < kSplitsPerLane; ++k) {
+    if (32 * k >= splits) break;
+#pragma unroll
+    for (int j0 = 0; j0 < 32; j0 += kBatch) {
+      if (32 * k + j0 >= splits) break;
+      float w[kBatch];
+      float2 v[kBatch][kPerLane / 2];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        w[j] = __shfl_sync(0xffffffffu, weight[k], j0 + j);  // 0 past the last split
+        const float* o = o_lane + (32 * k + j0 + j) * rows * kHeadDim;
+#pragma unroll
+        for (int x = 0; x < kPerLane / 2; ++x)  // an empty split's partial output is never read
+          v[j][x] = w[j] != 0.0f ? *reinterpret_cast<const float2*>(o + 2 * x) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+        for (int x = 0; x < kPerLane / 2; ++x) {
+          acc[2 * x] += w[j] * v[j][x].x;
+          acc[2 * x + 1] += w[j] * v[j][x].y;
+        }
     }
   }
   Element* out = static_cast<Element*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h +
@@ -50,13 +108,23 @@ template <class Element>
 void launch(const CombineParams& p, int head_dim, cudaStream_t stream) {
   const int64_t rows = int64_t{p.batch} * p.heads * p.seqlen_q;
   const dim3 grid(static_cast<unsigned>((rows + kWarpsPerCta - 1) / kWarpsPerCta));
+  // A programmatic dependent of the kernel before it on the stream (the attention kernel): it may launch during
+  // that kernel's tail and waits in grid_dependency_wait before reading the partials.
+  cudaLaunchAttribute programmatic;
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(32 * kWarpsPerCta);
+  config.stream = stream;
+  config.attrs = &programmatic;
+  config.numAttrs = 1;
   switch (head_dim) {
-    case 64: combine_kernel<Element, 2><<<grid, 32 * kWarpsPerCta, 0, stream>>>(p); break;
-    case 128: combine_kernel<Element, 4><<<grid, 32 * kWarpsPerCta, 0, stream>>>(p); break;
-    case 256: combine_kernel<Element, 8><<<grid, 32 * kWarpsPerCta, 0, stream>>>(p); break;
+    case 64: FLASH4_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element, 2>, p)); break;
+    case 128: FLASH4_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element, 4>, p)); break;
+    case 256: FLASH4_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element, 8>, p)); break;
     default: throw Error(Status::kNotSupported, "flash4: the decode combine supports head_dim 64, 128, 256");
   }
-  FLASH4_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -72,15 +72,23 @@ constexpr int decode_ctas_per_sm(int64_t rows, int64_t head_dim) {
   return decode_wide_rows(rows) ? 1 : head_dim <= 128 ? 2 : 1;
 }
 
-// The split count (docs/kvcache.md): the shared rule of common/split_kv.h with the GPU's resident CTA slots
-// (SMs x CTAs per SM) as workers and one work item per (sequence, KV head, row tile). `max_keys` is the cache's
-// capacity (device-resident lengths are not read on the host), so a batch of short sequences in a long cache
-// may split more than it needs; the surplus splits find no key and cost one small CTA each.
+// The split count (docs/kvcache.md). Work items: one per (sequence, KV head, row tile); slots: the GPU's resident
+// CTAs (SMs x CTAs per SM). No split while the items fill 80 % of the slots (common/split_kv.h's rule). Otherwise
+// one wave that fills the most slots: the kernel is memory-bound and each CTA's speed is set by the bytes it keeps
+// in flight, so more resident CTAs read faster, while a second wave adds its tail and more partials to combine.
+// At least kMinKeysPerSplit keys per split. `max_keys` is the cache's capacity (device-resident lengths are not
+// read on the host), so a batch of short sequences in a long cache may split more than it needs; the surplus
+// splits find no key and cost one small CTA each.
 constexpr int decode_num_splits(int requested, int64_t sms, int64_t batch, int64_t heads_kv, int64_t rows,
                                 int64_t head_dim, int64_t max_keys) {
   if (requested > 0) return requested;
   const int64_t tiles = (rows + decode_block_m(rows) - 1) / decode_block_m(rows);
-  return detail::choose_num_splits(sms * decode_ctas_per_sm(rows, head_dim), batch * heads_kv * tiles, max_keys);
+  const int64_t items = batch * heads_kv * tiles, slots = sms * decode_ctas_per_sm(rows, head_dim);
+  if (items <= 0 || items * 5 >= slots * 4) return 1;
+  int64_t splits = slots / items;
+  if (splits > max_keys / detail::kMinKeysPerSplit) splits = max_keys / detail::kMinKeysPerSplit;
+  if (splits > detail::kMaxSplits) splits = detail::kMaxSplits;
+  return splits > 1 ? static_cast<int>(splits) : 1;
 }
 
 }  // namespace flash4::sm90::decode

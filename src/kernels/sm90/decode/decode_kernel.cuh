@@ -20,6 +20,7 @@
 
 #include "common/split_kv.h"
 #include "hw/sm90/cp_async.cuh"
+#include "hw/sm90/grid_dependency.cuh"
 #include "kernels/sm90/decode/decode_config.h"
 #include "kernels/sm90/decode/decode_epilogue.cuh"
 #include "kernels/sm90/decode/decode_load.cuh"
@@ -33,6 +34,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using Tile = DecodeTile<kHeadDim, kWarpsM>;
   constexpr int kStages = Tile::kStages;
+  // The combine kernel (a programmatic dependent) may launch now: it waits for this grid before reading.
+  grid_dependency_launch_dependents();
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = smem_addr(smem);
   const uint32_t s_q = s_base + Tile::kOffQ;
