@@ -161,6 +161,7 @@ bool check_backward(const flash4::BackwardArgs& args, const HostResults& r) {
     }
     const int64_t d = p.head_dim, g = sub.heads;
     in.q = first_heads(r.q, p.seqlen_q, p.heads, g, d);
+    in.out = first_heads(r.out, p.seqlen_q, p.heads, g, p.head_dim_v);
     in.dout = first_heads(r.dout, p.seqlen_q, p.heads, g, d);
     in.dq = first_heads(r.dq, p.seqlen_q, p.heads, g, d);
     in.k = first_heads(r.k, p.seqlen_k, p.heads_kv, 1, d);
@@ -178,7 +179,7 @@ bool check_backward(const flash4::BackwardArgs& args, const HostResults& r) {
 
   const HostResults& x = *use;
   const flash4::check::Gradients ref = flash4::check::reference_backward(sub, x.q, x.k, x.v, x.dout);
-  const flash4::check::Gradients naive = flash4::check::naive_backward(sub, dtype, x.q, x.k, x.v, x.dout);
+  const flash4::check::Gradients naive = flash4::check::naive_backward(sub, dtype, x.q, x.k, x.v, x.out, x.dout);
   const bool dq_ok = judge("dq", x.dq, naive.dq, ref.dq, dtype);
   const bool dk_ok = judge("dk", x.dk, naive.dk, ref.dk, dtype);
   const bool dv_ok = judge("dv", x.dv, naive.dv, ref.dv, dtype);

@@ -122,9 +122,9 @@ ForwardResult naive_forward(const detail::Problem& p, DType dtype, const std::ve
 
 Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vector<double>& q_in,
                          const std::vector<double>& k_in, const std::vector<double>& v_in,
-                         const std::vector<double>& dout_in) {
+                         const std::vector<double>& out_in, const std::vector<double>& dout_in) {
   const std::vector<double> q = rounded(q_in, dtype), k = rounded(k_in, dtype), v = rounded(v_in, dtype);
-  const std::vector<double> dout = rounded(dout_in, dtype);
+  const std::vector<double> out = rounded(out_in, dtype), dout = rounded(dout_in, dtype);
   const ArrayIndex at{p};
   const int64_t d = p.head_dim, d_v = p.head_dim_v;
   Gradients g;
@@ -147,16 +147,10 @@ Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vecto
           const double* vj = v.data() + at.v_row(kb, row.lo + j, hk);
           dp[j] = round_to_dtype(dot(dout.data() + oo, vj, d_v), dtype);
         }
-        // D = rowsum(dO * O) from the output as the forward stored it (rounded to the dtype), as every
-        // FlashAttention backward computes it: the rounding of O is part of the algorithm's error, and where
-        // dP - D cancels (rows that see few keys) it dominates dS.
-        std::vector<double> o_row(static_cast<size_t>(d_v), 0.0);
-        for (int64_t j = 0; j < n; ++j) {
-          const double* vj = v.data() + at.v_row(kb, row.lo + j, hk);
-          for (int64_t x = 0; x < d_v; ++x) o_row[x] += row.prob[j] * vj[x];
-        }
-        for (double& x : o_row) x = round_to_dtype(x, dtype);
-        const double delta = dot(dout.data() + oo, o_row.data(), d_v);
+        // D = rowsum(dO * O) from the stored O the implementation was given: where dP - D cancels (rows that
+        // see few keys) O's rounding dominates dS, and it must be the same draw of that rounding as the impl's.
+        const double* o_row = out.data() + oo;
+        const double delta = dot(dout.data() + oo, o_row, d_v);
         // The sink column's dS = P_sink * (0 - D): it carries no value, so its dP is 0.
         if (p.learnable_sink) {
           sink_partial[b * p.heads + h] += round_to_dtype(-row.sink_prob * delta, dtype);

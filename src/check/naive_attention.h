@@ -7,7 +7,8 @@
 // implementation holds scores in an fp32 accumulator, and rounding them to bf16 would make the rule ~10x looser;
 // fp32 rounding still accounts for the score error that grows with |S|), P = softmax(S) rounded to the dtype,
 // O = P V rounded. LSE (fp32 in every API) is the exact value rounded to fp32. Backward, as autograd of that
-// forward: dP = dO V^T rounded, D = rowsum(P dP), dS = P (dP - D) (* softcap derivative) rounded, dV = P^T dO,
+// forward: dP = dO V^T rounded, D = rowsum(dO * O) from the stored output O that the backward is given (as
+// every FlashAttention backward computes it), dS = P (dP - D) (* softcap derivative) rounded, dV = P^T dO,
 // dQ = scale dS K, dK = scale dS^T Q, each rounded. The error of this baseline against the fp64 reference is
 // what "the same dtype, done plainly" costs; a fused kernel with fp32 accumulation should stay within ~2x of it.
 #pragma once
@@ -30,8 +31,10 @@ ForwardResult naive_forward(const detail::Problem& p, DType dtype, const std::ve
                             const std::vector<double>& k, const std::vector<double>& v,
                             const std::vector<int64_t>& rows = {});
 
+// `out` is the forward's output that the implementation's backward was given (it is a backward input, like
+// dout): O's rounding enters D, and with another O the baseline would carry an independent draw of that error.
 Gradients naive_backward(const detail::Problem& p, DType dtype, const std::vector<double>& q,
                          const std::vector<double>& k, const std::vector<double>& v,
-                         const std::vector<double>& dout);
+                         const std::vector<double>& out, const std::vector<double>& dout);
 
 }  // namespace flash4::check

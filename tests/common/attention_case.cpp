@@ -146,8 +146,8 @@ AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
 ::testing::AssertionResult check_backward(const CaseSpec& s, const AttentionTensors& t) {
   const std::vector<double> dsink = s.sink ? t.dsink->to_double() : std::vector<double>{};
   return check_gradients(make_problem(t.forward_args(s)), s.dtype, t.q.to_double(), t.k.to_double(), t.v.to_double(),
-                         t.dout->to_double(), t.dq->to_double(), t.dk->to_double(), t.dv->to_double(),
-                         s.sink ? &dsink : nullptr, s.name());
+                         t.out.to_double(), t.dout->to_double(), t.dq->to_double(), t.dk->to_double(),
+                         t.dv->to_double(), s.sink ? &dsink : nullptr, s.name());
 }
 
 }  // namespace flash4::test

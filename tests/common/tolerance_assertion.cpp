@@ -12,11 +12,12 @@ namespace flash4::test {
 
 ::testing::AssertionResult check_gradients(const detail::Problem& p, DType dtype, const std::vector<double>& q,
                                            const std::vector<double>& k, const std::vector<double>& v,
-                                           const std::vector<double>& dout, const std::vector<double>& dq,
-                                           const std::vector<double>& dk, const std::vector<double>& dv,
+                                           const std::vector<double>& out, const std::vector<double>& dout,
+                                           const std::vector<double>& dq, const std::vector<double>& dk,
+                                           const std::vector<double>& dv,
                                            const std::vector<double>* dsink, const std::string& case_name) {
   const Gradients ref = reference_backward(p, q, k, v, dout);
-  const Gradients naive = naive_backward(p, dtype, q, k, v, dout);
+  const Gradients naive = naive_backward(p, dtype, q, k, v, out, dout);
   const std::vector<double>* impls[] = {&dq, &dk, &dv};
   const std::vector<double>* refs[] = {&ref.dq, &ref.dk, &ref.dv};
   const std::vector<double>* naives[] = {&naive.dq, &naive.dk, &naive.dv};

@@ -30,13 +30,14 @@ using check::reference_forward;
                                             DType dtype, double extra_atol = 0.0);
 
 // The gradients of problem `p` (dq, dk, dv, and dsink when `dsink` is not null) against the reference and the
-// naive baseline on the same inputs; failures name `case_name`. dsink sums a term per row of the attention dtype's
-// precision: judged at that dtype's atol plus the bound of what the stored O's rounding does to it through D
-// (Gradients::dsink_rounding_bound).
+// naive baseline on the same inputs, `out` (the stored output the backward was given) included; failures name
+// `case_name`. dsink sums a term per row of the attention dtype's precision: judged at that dtype's atol plus the
+// bound of what the stored O's rounding does to it through D (Gradients::dsink_rounding_bound).
 ::testing::AssertionResult check_gradients(const detail::Problem& p, DType dtype, const std::vector<double>& q,
                                            const std::vector<double>& k, const std::vector<double>& v,
-                                           const std::vector<double>& dout, const std::vector<double>& dq,
-                                           const std::vector<double>& dk, const std::vector<double>& dv,
+                                           const std::vector<double>& out, const std::vector<double>& dout,
+                                           const std::vector<double>& dq, const std::vector<double>& dk,
+                                           const std::vector<double>& dv,
                                            const std::vector<double>* dsink, const std::string& case_name);
 
 }  // namespace flash4::test

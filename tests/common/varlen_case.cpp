@@ -162,8 +162,8 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
 ::testing::AssertionResult check_varlen_backward(const VarlenSpec& s, const VarlenTensors& t) {
   const std::vector<double> dsink = s.sink ? t.dsink->to_double() : std::vector<double>{};
   return check_gradients(make_problem(t.forward_args(s)), s.dtype, t.q.to_double(), t.k.to_double(), t.v.to_double(),
-                         t.dout->to_double(), t.dq->to_double(), t.dk->to_double(), t.dv->to_double(),
-                         s.sink ? &dsink : nullptr, s.name());
+                         t.out.to_double(), t.dout->to_double(), t.dq->to_double(), t.dk->to_double(),
+                         t.dv->to_double(), s.sink ? &dsink : nullptr, s.name());
 }
 
 }  // namespace flash4::test
