@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
     __syncthreads();               // ... for every thread; and every warp is done with the stage loaded next
     if (block + kStages - 1 < n_blocks) load_block(block + kStages - 1, load_stage);
     cp_async_commit();             // an empty group at the tail keeps the wait count uniform
+    if (block == 0) w.load_q(q_lane);  // Q rode with the first block's group
 
     const int64_t j0 = lo + int64_t{block} * kBlockN;
     // The element mask only where some key of the block is past the split or outside a row's band.

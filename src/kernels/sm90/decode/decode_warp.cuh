@@ -1,5 +1,6 @@
 // One warp's share of a decode block: 16 rows (one m16 fragment) against kKeysPerWarp keys of the stage.
 //   S = Q K^T      (16, kKeysPerWarp) fp32 registers, mma.sync m16n8k16; Q and K by ldmatrix from shared memory
+//                  (Q once, kept in registers up to d = 128)
 //   online softmax over S in log2 units (exp2), masked where the block needs it; running max m and sum l per row
 //   O += P V       (16, kHeadDim) fp32 registers; P converted to 16 bits in registers (the C fragments of S are the
 //                  A fragments of P), V by ldmatrix.trans
@@ -25,9 +26,14 @@ struct DecodeWarp {
   static constexpr int kKeyFrags = Tile::kKeyFrags;     // n8 fragments of S
   static constexpr int kRowBytes = Tile::kLd * 2;
 
+  // Q's A fragments stay in registers for the whole key loop up to d = 128 (32 registers; at d = 256 they would
+  // not fit beside O), so a block's S starts without waiting for shared-memory loads of Q.
+  static constexpr bool kQInRegisters = Tile::kHeadDim <= 128;
+
   float o[kDimFrags][4];  // unnormalized output, rows g and g + 8
   float m[2];             // running row max of the scores (log2 units), -inf before any visible key
   float l[2];             // this thread's part of the row sums of exp2(s - m) (reduced over the quad at the end)
+  uint32_t q[Tile::kHeadDim / 16][4];  // Q's A fragments (kQInRegisters), loaded once by load_q
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -36,22 +42,44 @@ struct DecodeWarp {
     l[0] = l[1] = 0.0f;
   }
 
-  // S = Q K^T. s_q_lane / s_k_lane: this lane's ldmatrix addresses in the warp's Q rows and key slice.
-  __device__ __forceinline__ void scores(uint32_t s_q_lane, uint32_t s_k_lane, float (&s)[kKeyFrags][4]) const {
+  // Q's fragments into registers (kQInRegisters), once Q has landed in shared memory.
+  __device__ __forceinline__ void load_q(uint32_t s_q_lane) {
+    if constexpr (kQInRegisters) {
 #pragma unroll
-    for (int f = 0; f < kKeyFrags; ++f) s[f][0] = s[f][1] = s[f][2] = s[f][3] = 0.0f;
+      for (int kc = 0; kc < Tile::kHeadDim / 16; ++kc) ldsm_x4(s_q_lane + kc * 32, q[kc]);
+    }
+  }
+
+  // S = Q K^T. s_q_lane / s_k_lane: this lane's ldmatrix addresses in the warp's Q rows and key slice. Even and odd
+  // k-steps accumulate separately and are added at the end: two dependent mma chains of half the length.
+  __device__ __forceinline__ void scores(uint32_t s_q_lane, uint32_t s_k_lane, float (&s)[kKeyFrags][4]) const {
+    float odd[kKeyFrags][4];
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[f][e] = odd[f][e] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < Tile::kHeadDim / 16; ++kc) {
       uint32_t a[4];
-      ldsm_x4(s_q_lane + kc * 32, a);
+      if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = q[kc][r];
+      } else {
+        ldsm_x4(s_q_lane + kc * 32, a);
+      }
+      float (&acc)[kKeyFrags][4] = kc % 2 == 0 ? s : odd;
 #pragma unroll
       for (int kp = 0; kp < kKeyFrags / 2; ++kp) {
         uint32_t b[4];  // keys 16 kp .. +7: b[0], b[1]; keys +8 .. +15: b[2], b[3]
         ldsm_x4(s_k_lane + kp * 16 * kRowBytes + kc * 32, b);
-        mma_16816<Element>(s[2 * kp], a, b[0], b[1]);
-        mma_16816<Element>(s[2 * kp + 1], a, b[2], b[3]);
+        mma_16816<Element>(acc[2 * kp], a, b[0], b[1]);
+        mma_16816<Element>(acc[2 * kp + 1], a, b[2], b[3]);
       }
     }
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[f][e] += odd[f][e];
   }
 
   // Scores -> log2 units (common/score_transform.h); with `masked`, keys past `last` or outside row i's band are
@@ -73,8 +101,12 @@ struct DecodeWarp {
       }
   }
 
-  // The online softmax step: new row max, O and l rescaled to it, s replaced by P = exp2(s - m).
+  // The online softmax step: new row max, O and l rescaled to it, s replaced by P = exp2(s - m). The rescale is
+  // skipped when no row of the warp has a larger max (its factor would be exactly 1), which after the first
+  // blocks is nearly every block; the test is warp-uniform, so the skip does not diverge.
   __device__ __forceinline__ void softmax(float (&s)[kKeyFrags][4]) {
+    float m_new[2];
+    bool grew = false;
 #pragma unroll
     for (int row = 0; row < 2; ++row) {
       float mx = -INFINITY;
@@ -82,20 +114,29 @@ struct DecodeWarp {
       for (int f = 0; f < kKeyFrags; ++f) mx = fmaxf(mx, fmaxf(s[f][2 * row], s[f][2 * row + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[row], mx);
-      // A row with no visible key yet keeps m = -inf; exp2 against 0 then gives P = 0 instead of NaN.
-      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float scale = exp2f(m[row] - m_ref);  // 0 on the first visible key (m = -inf), where O and l are 0
-      m[row] = m_new;
-      l[row] *= scale;
+      m_new[row] = fmaxf(m[row], mx);
+      grew = grew || m_new[row] > m[row];
+    }
+    // A row with no visible key yet keeps m = -inf; exp2 against 0 then gives P = 0 instead of NaN.
+    const float m_ref[2] = {m_new[0] == -INFINITY ? 0.0f : m_new[0], m_new[1] == -INFINITY ? 0.0f : m_new[1]};
+    if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-      for (int f = 0; f < kDimFrags; ++f) {
-        o[f][2 * row] *= scale;
-        o[f][2 * row + 1] *= scale;
+      for (int row = 0; row < 2; ++row) {
+        const float scale = exp2f(m[row] - m_ref[row]);  // 0 on the first visible key (m = -inf): O, l are 0
+        l[row] *= scale;
+#pragma unroll
+        for (int f = 0; f < kDimFrags; ++f) {
+          o[f][2 * row] *= scale;
+          o[f][2 * row + 1] *= scale;
+        }
       }
+    }
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      m[row] = m_new[row];
 #pragma unroll
       for (int f = 0; f < kKeyFrags; ++f) {
-        const float p0 = exp2f(s[f][2 * row] - m_ref), p1 = exp2f(s[f][2 * row + 1] - m_ref);
+        const float p0 = exp2f(s[f][2 * row] - m_ref[row]), p1 = exp2f(s[f][2 * row + 1] - m_ref[row]);
         s[f][2 * row] = p0;
         s[f][2 * row + 1] = p1;
         l[row] += p0 + p1;
