@@ -7,7 +7,9 @@
 // wall clock, host cost included) and of CUDA-graph replays. --decode-splits 0,1,4 times each split count
 // (0 = the library's choice). The layout "head_major" stores the contiguous cache as (batch, hkv, seqlen, d) (the
 // same logical tensor through strides): each CTA then streams one contiguous range instead of 256-byte rows 2 KB
-// apart, which shows what the access pattern costs. Prints JSON lines.
+// apart, which shows what the access pattern costs. "v_skewed" puts V right after K in one allocation, 7 KB off
+// the allocation granularity, so that K row j and V row j do not share their low address bits (DRAM bank
+// conflicts between the two streams would show there). Prints JSON lines.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +32,7 @@ struct Row {
   int batch, seqlen;
 };
 constexpr int kHeadMajor = -1;  // the `page` of a head-major contiguous cache
+constexpr int kVSkewed = -2;    // the `page` of a contiguous cache whose V follows K in one buffer, 7 KB off
 const Row kRows[] = {{1, 8192}, {1, 65536}, {1, 131072}, {8, 8192}, {8, 32768}, {32, 16384}, {64, 4096}, {128, 2048}};
 
 __nv_bfloat16* random_bf16(size_t n, uint32_t seed) {
@@ -44,6 +47,7 @@ __nv_bfloat16* random_bf16(size_t n, uint32_t seed) {
 struct Set {
   __nv_bfloat16 *q, *k, *v, *out;
   int *seqlens = nullptr, *table = nullptr;
+  bool v_in_k_buffer = false;  // v points into k's allocation (kVSkewed): freed with it
   flash4::KvCacheArgs args;
 };
 
@@ -58,8 +62,15 @@ class Caches {
     for (int i = 0; i < sets; ++i) {
       Set s;
       s.q = random_bf16(size_t(r.batch) * seqlen_q * kHeads * kHeadDim, 11u + i);
-      s.k = random_bf16(kv, 100u + 2 * i);
-      s.v = random_bf16(kv, 101u + 2 * i);
+      if (page == kVSkewed) {
+        constexpr size_t kSkew = 3584;  // elements: 7 KB
+        s.k = random_bf16(2 * kv + kSkew, 100u + 2 * i);
+        s.v = s.k + kv + kSkew;
+        s.v_in_k_buffer = true;
+      } else {
+        s.k = random_bf16(kv, 100u + 2 * i);
+        s.v = random_bf16(kv, 101u + 2 * i);
+      }
       CHECK(cudaMalloc(&s.out, size_t(r.batch) * seqlen_q * kHeads * kHeadDim * 2));
       const std::vector<int> lengths(r.batch, r.seqlen);
       CHECK(cudaMalloc(&s.seqlens, r.batch * 4));
@@ -70,7 +81,7 @@ class Caches {
       a.out = flash4::make_view(s.out, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, kHeads, kHeadDim);
       a.cache_seqlens = flash4::make_view(s.seqlens, flash4::DType::kInt32, dev, r.batch);
       a.causal = seqlen_q > 1;
-      if (page <= 0) {
+      if (page <= 0) {  // contiguous, head-major or V-skewed
         a.k_cache = flash4::make_view(s.k, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
         a.v_cache = flash4::make_view(s.v, flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
         if (page == kHeadMajor)
@@ -95,7 +106,8 @@ class Caches {
   }
   ~Caches() {
     for (Set& s : sets_)
-      for (void* p : {(void*)s.q, (void*)s.k, (void*)s.v, (void*)s.out, (void*)s.seqlens, (void*)s.table}) cudaFree(p);
+      for (void* p : {(void*)s.q, (void*)s.k, (void*)s.v, (void*)s.out, (void*)s.seqlens, (void*)s.table})
+        if (!(s.v_in_k_buffer && p == s.v)) cudaFree(p);
   }
   int count() const { return static_cast<int>(sets_.size()); }
   Set& set(int i) { return sets_[i]; }
@@ -169,12 +181,15 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
   std::vector<Row> rows(std::begin(kRows), std::end(kRows));
   if (only_batch > 0) rows = {Row{only_batch, only_seqlen}};
   const std::vector<int> pages =
-      only_batch > 0 ? std::vector<int>{0} : std::vector<int>{0, kHeadMajor, 256, 16};
+      only_batch > 0 ? std::vector<int>{0} : std::vector<int>{0, kHeadMajor, kVSkewed, 256, 16};
   for (const Row& r : rows) {
     for (int page : pages) {
       Caches caches(r, page, 1);
       const std::string layout =
-          page == 0 ? "contiguous" : page == kHeadMajor ? "head_major" : "paged" + std::to_string(page);
+          page == 0            ? "contiguous"
+          : page == kHeadMajor ? "head_major"
+          : page == kVSkewed   ? "v_skewed"
+                               : "paged" + std::to_string(page);
       for (int splits : split_counts) {
         for (int i = 0; i < caches.count(); ++i) caches.set(i).args.num_splits = splits;
         const int chosen = flash4::sm90::decode::decode_num_splits(splits, sms, r.batch, kHeadsKv, kHeads / kHeadsKv,

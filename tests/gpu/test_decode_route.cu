@@ -40,6 +40,8 @@ void run_route(const CaseSpec& spec, bool backward = false) {
     args.learnable_sink = sink->view();
   }
   const Support support = can_implement(args);
+  // A slice build (FLASH4_DTYPES / FLASH4_HEAD_DIMS) lacks some kernels: those cases say so and are skipped.
+  if (!support.ok && support.reason.find("not compiled") != std::string::npos) return;
   ASSERT_TRUE(support.ok) << support.reason;
   ASSERT_TRUE(detail::dense_decode_route(args, detail::validate(args)));
   forward(args);
