@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import flash4  # noqa: E402
 import attention_reference  # noqa: E402
 from attention_reference import check_tolerance  # noqa: E402
-from torch_reference import attention, numpy64, varlen_attention  # noqa: E402
+from torch_reference import attention, numpy64, stored_output_delta, varlen_attention  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # (causal, window, softcap)
@@ -30,8 +30,9 @@ def offsets(lengths):
 
 
 def check_against_reference(call, reference, inputs, names, dout, dtype_name):
-    """call(*leaves) -> (out, lse) through flash4; reference(*leaves, round_to=...) -> (out, lse) in float64, on
-    the same (dtype-valued) inputs. Checks out, lse and each input's gradient with the tolerance rule."""
+    """call(*leaves) -> (out, lse) through flash4; reference(*leaves, round_to=..., delta=...) -> (out, lse) in
+    float64, on the same (dtype-valued) inputs, the naive baseline's backward with D from flash4's stored output.
+    Checks out, lse and each input's gradient with the tolerance rule."""
     dtype = DTYPES[dtype_name]
     leaves = [t.clone().requires_grad_() for t in inputs]
     out, lse = call(*leaves)
@@ -40,7 +41,8 @@ def check_against_reference(call, reference, inputs, names, dout, dtype_name):
     results = {}
     for round_to in (None, dtype):
         ref_leaves = [t.detach().double().requires_grad_() for t in inputs]
-        ref_out, ref_lse = reference(*ref_leaves, round_to=round_to)
+        delta = None if round_to is None else stored_output_delta(out, dout)
+        ref_out, ref_lse = reference(*ref_leaves, round_to=round_to, delta=delta)
         ref_out.backward(dout.double())
         grads = [t.grad if round_to is None else t.grad.to(dtype).double() for t in ref_leaves]
         results[round_to] = (ref_out, ref_lse, grads)
@@ -67,8 +69,8 @@ def test_qkvpacked_matches_reference(shape, mask, dtype_name):
     dout = randn(gen, batch, seqlen, heads, dim, dtype=DTYPES[dtype_name])
     options = dict(causal=causal, window_size=window, softcap=softcap)
 
-    def reference(qkv, round_to):
-        return attention(*qkv.unbind(2), dim**-0.5, causal, window, softcap, round_to=round_to)
+    def reference(qkv, round_to, delta):
+        return attention(*qkv.unbind(2), dim**-0.5, causal, window, softcap, round_to=round_to, delta=delta)
 
     check_against_reference(lambda t: flash4.flash_attn_qkvpacked_func(t, return_attn_probs=True, **options),
                             reference, [qkv], ["qkv"], dout, dtype_name)
@@ -86,8 +88,8 @@ def test_kvpacked_matches_reference(shape, causal, dtype_name):
     kv = randn(gen, batch, seqlen_k, 2, heads_kv, dim, dtype=dtype)
     dout = randn(gen, batch, seqlen_q, heads, dim, dtype=dtype)
 
-    def reference(q, kv, round_to):
-        return attention(q, *kv.unbind(2), dim**-0.5, causal, round_to=round_to)
+    def reference(q, kv, round_to, delta):
+        return attention(q, *kv.unbind(2), dim**-0.5, causal, round_to=round_to, delta=delta)
 
     check_against_reference(lambda q, kv: flash4.flash_attn_kvpacked_func(q, kv, causal=causal, return_lse=True),
                             reference, [q, kv], ["q", "kv"], dout, dtype_name)
@@ -109,9 +111,9 @@ def test_varlen_qkvpacked_matches_reference(mask, dtype_name):
         return flash4.flash_attn_varlen_qkvpacked_func(qkv, cu_t, max(lens), causal=causal, window_size=window,
                                                        softcap=softcap, return_attn_probs=True)
 
-    def reference(qkv, round_to):
+    def reference(qkv, round_to, delta):
         return varlen_attention(*qkv.unbind(1), cu, cu, dim**-0.5, causal=causal, window=window, softcap=softcap,
-                                round_to=round_to)
+                                round_to=round_to, delta=delta)
 
     check_against_reference(call, reference, [qkv], ["qkv"], dout, dtype_name)
 
@@ -133,9 +135,9 @@ def test_varlen_kvpacked_matches_reference(mask, dtype_name):
         return flash4.flash_attn_varlen_kvpacked_func(q, kv, cu_q_t, cu_k_t, max(lens_q), max(lens_k), causal=causal,
                                                       window_size=window, return_lse=True)
 
-    def reference(q, kv, round_to):
+    def reference(q, kv, round_to, delta):
         return varlen_attention(q, *kv.unbind(1), cu_q, cu_k, dim**-0.5, causal=causal, window=window,
-                                round_to=round_to)
+                                round_to=round_to, delta=delta)
 
     check_against_reference(call, reference, [q, kv], ["q", "kv"], dout, dtype_name)
 

@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flash4  # noqa: E402
 from attention_reference import allowed_keys, check_tolerance  # noqa: E402
-from torch_reference import attention, numpy64  # noqa: E402
+from torch_reference import attention, numpy64, stored_output_delta  # noqa: E402
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -87,10 +87,12 @@ class Case:
             out.backward(self.dout.double())
         return out, lse, [t.grad for t in leaves]
 
-    def run_naive(self, backward):
+    def run_naive(self, backward, stored_out=None):
+        """The naive baseline; its backward takes D from stored_out, the output flash4's backward was given."""
         leaves = [t.detach().clone().requires_grad_(backward) for t in (self.q, self.k, self.v)]
+        delta = None if stored_out is None else stored_output_delta(stored_out, self.dout)
         out, lse = attention(*(t.double() for t in leaves), self.scale, self.causal, self.window, self.softcap,
-                             round_to=self.dtype)
+                             round_to=self.dtype, delta=delta)
         if backward:
             out.backward(self.dout.double())
         return out, lse, [t.grad for t in leaves]
@@ -100,7 +102,7 @@ class Case:
         assert out.dtype == self.dtype and out.shape == self.q.shape[:-1] + self.v.shape[-1:]
         assert lse.dtype == torch.float32 and lse.shape == (self.q.shape[0], self.q.shape[2], self.q.shape[1])
         ref_out, ref_lse, ref_grads = self.run_reference(backward)
-        naive_out, naive_lse, naive_grads = self.run_naive(backward)
+        naive_out, naive_lse, naive_grads = self.run_naive(backward, out)
         check_tolerance("out", numpy64(out), numpy64(ref_out), numpy64(naive_out), self.dtype_name)
         # On the GPU part of the exps may come from the FMA polynomial (relative error <= 8.8e-5), which can
         # move the LSE by up to that much where one element dominates a row.

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
 from attention_reference import UNIT_ROUNDOFF, check_tolerance  # noqa: E402
-from torch_reference import attention  # noqa: E402
+from torch_reference import attention, stored_output_delta  # noqa: E402
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -30,16 +30,19 @@ def offsets(lengths, device):
     return torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32, device=device)
 
 
-def segment_attention(q, k, v, scale, causal, window, softcap, sink, round_to=None):
-    """(out, lse) of one sequence, q (sq, heads, d), k/v (sk, heads_kv, d): torch_reference.attention on a batch
-    of one."""
-    out, lse = attention(q[None], k[None], v[None], scale, causal, window, softcap, round_to=round_to, sink=sink)
+def segment_attention(q, k, v, scale, causal, window, softcap, sink, round_to=None, delta=None):
+    """(out, lse) of one sequence, q (sq, heads, d), k/v (sk, heads_kv, d), delta (heads, sq):
+    torch_reference.attention on a batch of one."""
+    delta = None if delta is None else delta[None]
+    out, lse = attention(q[None], k[None], v[None], scale, causal, window, softcap, round_to=round_to, sink=sink,
+                         delta=delta)
     return out[0], lse[0]
 
 
 def packed_attention(q, k, v, lens_q, lens_k, scale, causal, window, softcap, sink, round_to=None, used_q=None,
-                     used_k=None):
-    """segment_attention on every sequence of a packed batch; rows in no sequence get out 0 and lse -inf."""
+                     used_k=None, delta=None):
+    """segment_attention on every sequence of a packed batch; rows in no sequence get out 0 and lse -inf. delta
+    (heads, total_q): the naive backward's D from the stored output (torch_reference.stored_output_delta)."""
     out = q.new_zeros(q.shape[:-1] + v.shape[-1:])  # v's head dim
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=q.dtype, device=q.device)
     outs, lses = [], []
@@ -48,7 +51,7 @@ def packed_attention(q, k, v, lens_q, lens_k, scale, causal, window, softcap, si
         nq = sq if used_q is None else used_q[b]
         nk = sk if used_k is None else used_k[b]
         o, l = segment_attention(q[q0:q0 + nq], k[k0:k0 + nk], v[k0:k0 + nk], scale, causal, window, softcap, sink,
-                                 round_to)
+                                 round_to, None if delta is None else delta[:, q0:q0 + nq])
         outs.append((q0, nq, o, l))
         q0 += sq
         k0 += sk
@@ -103,26 +106,26 @@ class VarlenCase:
         grads = [t.grad for t in leaves] + ([sink.grad] if sink is not None else [])
         return out, lse, grads
 
-    def run_torch(self, round_to=None):
+    def run_torch(self, round_to=None, stored_out=None):
+        """The reference (round_to None) or the naive baseline, whose backward takes D from stored_out: the output
+        that the implementation's backward was given."""
         leaves = [t.detach().double().requires_grad_(True) for t in (self.q, self.k, self.v)]
         sink = None if self.sink is None else self.sink.detach().double().requires_grad_(True)
+        delta = None if stored_out is None else stored_output_delta(stored_out, self.dout)
         out, lse = packed_attention(*leaves, self.lens_q, self.lens_k, self.scale, self.causal, self.window,
-                                    self.softcap, sink, round_to, self.used_q, self.used_k)
+                                    self.softcap, sink, round_to, self.used_q, self.used_k, delta)
         out.backward(self.dout.double())
         grads = [t.grad for t in leaves] + ([sink.grad] if sink is not None else [])
         if round_to is not None:  # the naive baseline returns its gradients in the dtype, as flash4 and the dense
             grads = [g.to(round_to).double() for g in grads[:3]] + grads[3:]  # tests' baseline do (sink: fp32)
             if sink is not None:
-                # dsink = -sum over rows of P(sink) * D, D = rowsum(dO * O) from the output as stored (rounded),
-                # as every FlashAttention backward and the C++ naive backward compute it.
+                # The bound of what O's rounding does to dsink through D, u * sum |dO * O| per row, added to its
+                # atol as the C++ judge does (Gradients::dsink_rounding_bound).
                 lse_d = lse.detach()
                 p_sink = torch.where(torch.isfinite(lse_d), torch.exp(sink.detach()[:, None] - lse_d),
                                      torch.zeros_like(lse_d))
-                d_rows = (self.dout.double() * out.detach()).sum(-1)  # (total_q, heads)
-                grads[3] = -(p_sink * d_rows.T).sum(-1)
-                # Two backwards that round O differently differ in each row's D by up to u * sum |dO * O|: the
-                # C++ judge's bound (Gradients::dsink_rounding_bound), added to dsink's atol.
-                abs_dot = (self.dout.double() * out.detach()).abs().sum(-1)
+                o = out.detach() if stored_out is None else stored_out.detach().double()
+                abs_dot = (self.dout.double() * o).abs().sum(-1)
                 u = UNIT_ROUNDOFF[DTYPE_NAMES[self.dtype]]
                 self.dsink_rounding_bound = u * float((p_sink * abs_dot.T).sum(-1).max())
         return out, lse, grads
@@ -133,7 +136,7 @@ class VarlenCase:
         assert out.shape == self.q.shape[:-1] + self.v.shape[-1:] and out.dtype == self.dtype
         assert lse.shape == (self.q.shape[1], self.q.shape[0]) and lse.dtype == torch.float32
         ref_out, ref_lse, ref_grads = self.run_torch()
-        naive_out, naive_lse, naive_grads = self.run_torch(round_to=self.dtype)
+        naive_out, naive_lse, naive_grads = self.run_torch(round_to=self.dtype, stored_out=out)
         check_tolerance("out", numpy64(out), numpy64(ref_out), numpy64(naive_out), name)
         check_tolerance("lse", numpy64(lse), numpy64(ref_lse), numpy64(naive_lse), "float32",
                         1e-4 if self.q.is_cuda else 0.0)
@@ -184,15 +187,16 @@ def test_dense_sink_forward_backward(dtype, device):
     assert lse.shape == (2, 4, 30)
     out.backward(dout)
 
-    def torch_path(round_to):
+    def torch_path(round_to, delta=None):
         ls = [t.detach().double().requires_grad_(True) for t in (q, k, v, sink)]
         o, l = packed_attention(ls[0].flatten(0, 1), ls[1].flatten(0, 1), ls[2].flatten(0, 1), [30, 30], [20, 20],
-                                64**-0.5, True, (-1, -1), 0.0, ls[3], round_to)
+                                64**-0.5, True, (-1, -1), 0.0, ls[3], round_to, delta=delta)
         o.backward(dout.double().flatten(0, 1))
         return o.unflatten(0, (2, 30)), l.unflatten(1, (2, 30)).transpose(0, 1), [t.grad for t in ls]
 
     ref_out, ref_lse, ref_grads = torch_path(None)
-    naive_out, naive_lse, naive_grads = torch_path(dtype)
+    stored_delta = stored_output_delta(out.flatten(0, 1), dout.flatten(0, 1))
+    naive_out, naive_lse, naive_grads = torch_path(dtype, stored_delta)
     name = DTYPE_NAMES[dtype]
     check_tolerance("out", numpy64(out), numpy64(ref_out), numpy64(naive_out), name)
     check_tolerance("lse", numpy64(lse), numpy64(ref_lse), numpy64(naive_lse), "float32", 1e-4 if q.is_cuda else 0)
