@@ -1,6 +1,6 @@
-// Programmatic dependent launch (sm_90): a kernel launched with the programmatic-stream-serialization attribute
-// (cudaLaunchAttributeProgrammaticStreamSerialization) may start while the kernel before it on the stream is still running, so its
-// launch latency hides behind that kernel's tail. It must wait before it reads what that kernel wrote.
+// Programmatic dependent launch (sm_90): a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization
+// may start while the kernel before it on the stream is still running, so its launch latency hides behind that
+// kernel's tail. It must wait (grid_dependency_wait) before it reads what that kernel wrote.
 #pragma once
 
 namespace flash4::sm90 {

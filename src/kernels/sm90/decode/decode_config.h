@@ -74,8 +74,8 @@ constexpr int decode_ctas_per_sm(int64_t rows, int64_t head_dim) {
 
 // The split count (docs/kvcache.md). Work items: one per (sequence, KV head, row tile); slots: the GPU's resident
 // CTAs (SMs x CTAs per SM). No split while the items fill 80 % of the slots (common/split_kv.h's rule). Otherwise
-// one wave that fills the most slots: the kernel is memory-bound and each CTA's speed is set by the bytes it keeps
-// in flight, so more resident CTAs read faster, while a second wave adds its tail and more partials to combine.
+// one wave that fills the most slots: a CTA's read rate is bounded by its own pipeline, so more resident CTAs
+// read faster, while a second wave adds its tail and more partials to combine.
 // At least kMinKeysPerSplit keys per split. `max_keys` is the cache's capacity (device-resident lengths are not
 // read on the host), so a batch of short sequences in a long cache may split more than it needs; the surplus
 // splits find no key and cost one small CTA each.
