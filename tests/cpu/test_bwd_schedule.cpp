@@ -107,7 +107,7 @@ void check_ranges(const char* tile_name) {
 TEST(BwdSchedule, QRangeVisitsExactlyTheVisibleTiles) {
   check_ranges<WgmmaTile<64>>("d64");
   check_ranges<WgmmaTile<128>>("d128");
-  check_ranges<WgmmaTileHd256>("d256");
+  check_ranges<WgmmaTileRoles<256>>("d256");
 }
 
 // The schedule's tile questions, asked in the kernels' int band, give the answers of the common mask policy
@@ -160,7 +160,7 @@ void check_against_sequence_mask(const char* tile_name) {
 TEST(BwdSchedule, TileQuestionsAgreeWithTheSequenceMask) {
   check_against_sequence_mask<WgmmaTile<64>>("d64");
   check_against_sequence_mask<WgmmaTile<128>>("d128");
-  check_against_sequence_mask<WgmmaTileHd256>("d256");
+  check_against_sequence_mask<WgmmaTileRoles<256>>("d256");
 }
 
 template <class Tile, bool kMasked>
@@ -196,7 +196,7 @@ void check_deterministic_waits(const char* tile_name) {
 TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
   check_deterministic_waits<WgmmaTile<64>>("d64");
   check_deterministic_waits<WgmmaTile<128>>("d128");
-  check_deterministic_waits<WgmmaTileHd256>("d256");
+  check_deterministic_waits<WgmmaTileRoles<256>>("d256");
 }
 
 // The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1: at d = 128
@@ -384,7 +384,7 @@ void check_rotated_order(const char* tile_name) {
 TEST(BwdSchedule, RotatedDeterministicOrderFollowsArrival) {
   check_rotated_order<WgmmaTile<64>>("d64");
   check_rotated_order<WgmmaTile<128>>("d128");
-  check_rotated_order<WgmmaTileHd256>("d256");
+  check_rotated_order<WgmmaTileRoles<256>>("d256");
 }
 
 TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
@@ -393,13 +393,13 @@ TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
       for (int sk : {17, 300, 1013, 4097}) {
         SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
         const BwdParams p64 = make_params<WgmmaTile<64>>(sq, sk, mask, true);
-        const BwdParams p256 = make_params<WgmmaTileHd256>(sq, sk, mask, true);
+        const BwdParams p256 = make_params<WgmmaTileRoles<256>>(sq, sk, mask, true);
         if (mask.masked) {
           check_simulation<WgmmaTile<64>, true>(p64);
-          check_simulation<WgmmaTileHd256, true>(p256);
+          check_simulation<WgmmaTileRoles<256>, true>(p256);
         } else {
           check_simulation<WgmmaTile<64>, false>(p64);
-          check_simulation<WgmmaTileHd256, false>(p256);
+          check_simulation<WgmmaTileRoles<256>, false>(p256);
         }
       }
 }

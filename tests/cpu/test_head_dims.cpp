@@ -206,6 +206,7 @@ TEST(Sm90HeadDims, TheGpuTakesEveryMultipleOf8UpTo256) {
     EXPECT_EQ(sm90::head_dim_refusal(p, "backward"), "") << d;
     EXPECT_NE(sm90::kernel_head_dim(d, d), 0) << d;
     EXPECT_NE(sm90::fwd_kernel_head_dim(d, d), 0) << d;
+    EXPECT_NE(sm90::bwd_kernel_head_dim(d, d), 0) << d;
   }
   p.head_dim = p.head_dim_v = 264;
   EXPECT_NE(sm90::head_dim_refusal(p, "forward"), "");
@@ -226,13 +227,16 @@ TEST(Sm90HeadDims, PaddedPairsRunOnTheNextWiderKernel) {
   EXPECT_TRUE(sm90::padded_head_dims(96, 96));
   EXPECT_TRUE(sm90::padded_head_dims(128, 64));
   EXPECT_TRUE(sm90::padded_head_dims(192, 128));
-  // The forward has its own 192 kernel; the backward runs 192 on 256.
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(96, 96), 128);
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(136, 136), 192);
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(192, 192), 192);
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(192, 128), 192);
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(200, 200), 256);
-  EXPECT_EQ(sm90::fwd_kernel_head_dim(264, 264), 0);
+  EXPECT_TRUE(sm90::padded_head_dims(192, 192));  // no mma.sync 192: the backward needs its TMA kernel
+  // The forward and the backward's wgmma kernel have their own 192 kernel; decode runs only 64, 128 and 256.
+  for (auto width : {sm90::fwd_kernel_head_dim, sm90::bwd_kernel_head_dim}) {
+    EXPECT_EQ(width(96, 96), 128);
+    EXPECT_EQ(width(136, 136), 192);
+    EXPECT_EQ(width(192, 192), 192);
+    EXPECT_EQ(width(192, 128), 192);
+    EXPECT_EQ(width(200, 200), 256);
+    EXPECT_EQ(width(264, 264), 0);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// The native d = 192 forward kernel (fwd_tile_config(192): 128 x 96 tiles, three 64-column chunks), through
-// flash4::forward, against the fp64 reference: odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window,
-// softcap, the sink, strided tensors with NaN-poisoned padding after every row, bf16 and fp16.
+// The native d = 192 kernels through flash4::forward and flash4::backward, against the fp64 reference: the forward
+// (fwd_tile_config(192): 128 x 96 tiles, three 64-column chunks) and the role-split backward
+// (bwd_wgmma_roles_kernel.cuh: 64-key tiles, dQ's three chunks split two and one between the warpgroups, the
+// wide share alternating tile by tile). Odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window, softcap,
+// the sink, strided tensors with NaN-poisoned padding after every row, bf16 and fp16; deterministic backward.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -38,8 +40,29 @@ TEST_P(NativeHd192, ForwardMatchesReference) {
   run_and_check_forward(GetParam());
 }
 
+// Odd Q-tile counts end the loop on either warpgroup's wide dQ share; seqlen_k <= 64 has one key tile (no
+// mma.sync kernel at 192).
+TEST_P(NativeHd192, BackwardMatchesReference) {
+  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
+  run_and_check_backward(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, NativeHd192, ::testing::ValuesIn(native_cases()),
                          [](const auto& info) { return info.param.name(); });
+
+// The backward's short cases: one key tile, a single query, and seqlen_k <= 64 in deterministic mode.
+TEST(NativeHd192Backward, ShortKeysAndDeterminism) {
+  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    run_and_check_backward(make_spec(1, 1, 17, 2, 2, 192, dt));
+    run_and_check_backward(make_spec(2, 65, 40, 4, 2, 192, dt, true));
+    run_and_check_backward(make_spec(1, 193, 64, 3, 1, 192, dt));
+  }
+  for (bool causal : {false, true}) {
+    check_deterministic_backward(make_spec(1, 330, 270, 4, 2, 192, DType::kBFloat16, causal), 4);
+    check_deterministic_backward(make_spec(2, 40, 50, 2, 1, 192, DType::kFloat16, causal), 3);
+  }
+}
 
 }  // namespace
 }  // namespace flash4::test

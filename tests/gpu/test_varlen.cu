@@ -177,12 +177,13 @@ std::string head_dim_dtype_name(const ::testing::TestParamInfo<std::tuple<int, D
 INSTANTIATE_TEST_SUITE_P(Gpu, VarlenGpu,
                          ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(kBF16, kF16)),
                          head_dim_dtype_name);
-// Head dims 96 and 192 run zero-padded on the 128 and 256 kernels (src/kernels/sm90/head_dims.h); one dtype each.
+// Head dim 96 runs zero-padded on the 128 kernels, 192 on its own (src/kernels/sm90/head_dims.h); one dtype each.
 INSTANTIATE_TEST_SUITE_P(PaddedHeadDims, VarlenGpu,
                          ::testing::Values(std::tuple<int, DType>{96, kBF16}, std::tuple<int, DType>{192, kF16}),
                          head_dim_dtype_name);
 
-// v's head dim 128 with q and k's 192 (DeepSeek's split, on the zero-padded 256 kernels): the same cases.
+// v's head dim 128 with q and k's 192 (DeepSeek's split, on the 192 kernels with v's panels zero-padded): the same
+// cases.
 TEST(VarlenGpuSplitHeadDims, ForwardAndBackwardMatchReference) {
   FLASH4_REQUIRE_GPU();
   for (VarlenSpec s : cases(192, kBF16)) {

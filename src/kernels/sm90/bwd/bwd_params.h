@@ -65,7 +65,7 @@ struct BwdParams {
   // at once (bwd_api.cu decides): Q loops rotate as in the non-deterministic mode and the additions into a Q tile
   // follow the order in which the CTAs reach it (bwd_schedule.h, det_arrival_rank).
   bool det_rotated = false;
-  // d = 256 deterministic: a warpgroup releases its dQ additions one tile late (bwd_wgmma_hd256_kernel.cuh,
+  // d = 192 / 256 deterministic: a warpgroup releases its dQ additions one tile late (bwd_wgmma_roles_kernel.cuh,
   // release_dq), so that their fence no longer stalls it; not where the unrotated release chain of a head whose
   // CTAs are all resident is the critical path (bwd_api.cu decides).
   bool det_defer_release = false;

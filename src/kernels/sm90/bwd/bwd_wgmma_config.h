@@ -10,7 +10,8 @@
 // Either way each warpgroup's dQ piece is 64 x 64 (32 registers), one wgmma N = 64 per k-step.
 // Shared memory (bytes): K, V 2 * 128 d * 2; Q, dO 2 stages * 2 * kBlockM d * 2; dS 2 buffers * kBlockM * 128 * 2;
 // d = 128: 64 + 64 + 32 KB = 160 KB; d = 64: 32 + 64 + 64 KB = 160 KB (+ LSE, D, barriers, 1 KB alignment).
-// head_dim 256 has its own tile below (dK + dV would be 256 registers per thread at 64 keys per warpgroup).
+// head_dim 192 and 256 have their own tile below (dK + dV would be 192 or 256 registers per thread at 64 keys per
+// warpgroup).
 #pragma once
 
 namespace flash4::sm90::bwd {
@@ -32,19 +33,25 @@ struct WgmmaTile {
   static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
 };
 
-// head_dim 256 (bwd_wgmma_hd256_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the work by
-// role: one computes S^T, P^T and dV, the other dP^T, dS^T and dK (each accumulator 64 x 256: 128 registers per
-// thread), and they split dQ's columns (128 each). Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB;
-// dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB limit).
-struct WgmmaTileHd256 {
-  static constexpr int kHeadDim = 256;
+// head_dim 192 and 256 (bwd_wgmma_roles_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the
+// work by role: one computes S^T, P^T and dV, the other dP^T, dS^T and dK (each accumulator 64 x d: d / 2
+// registers per thread), and they split dQ's columns by whole 64-column chunks (d = 256: two each; d = 192: two
+// and one, swapped every Q tile so both add as many). Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x
+// 2 x 32 KB; dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB
+// limit); at d = 192 the K, V, Q and dO tiles are 3/4 of that: 176 KB.
+template <int kHeadDim_>
+struct WgmmaTileRoles {
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 192 || kHeadDim == 256, "the role-split backward covers head_dim 192 and 256");
   static constexpr int kBlockM = 64;    // queries per Q tile
   static constexpr int kBlockN = 64;    // keys per CTA
   static constexpr int kStages = 2;     // Q / dO / LSE / D ring depth
   static constexpr int kConsumers = 2;  // warpgroups: the S role and the dP role
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kChunks = kHeadDim / 64;             // 64-column (128-byte) swizzle chunks per row
-  static constexpr int kCols = kHeadDim / kConsumers;       // dQ columns per warpgroup
+  static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
+  // dQ's chunks per Q tile: the wide share (columns of one wgmma N) and the narrow one; equal at d = 256.
+  static constexpr int kDqWideChunks = (kChunks + 1) / 2;
+  static constexpr int kDqNarrowChunks = kChunks / 2;
 };
 
 }  // namespace flash4::sm90::bwd

@@ -1,4 +1,4 @@
-// The __global__ entry of the wgmma backward kernels (bwd_wgmma_kernel.cuh, bwd_wgmma_hd256_kernel.cuh): one CTA of
+// The __global__ entry of the wgmma backward kernels (bwd_wgmma_kernel.cuh, bwd_wgmma_roles_kernel.cuh): one CTA of
 // `Kernel` on its 1024-byte aligned dynamic shared memory.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The producer warp shared by the wgmma backward kernels (bwd_wgmma_kernel.cuh, bwd_wgmma_hd256_kernel.cuh).
+// The producer warp shared by the wgmma backward kernels (bwd_wgmma_kernel.cuh, bwd_wgmma_roles_kernel.cuh).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The element-wise pass of the wgmma backward kernels on their 64 x kBlockM S^T / dP^T accumulators: P^T, dS^T and
-// the mask (shared by bwd_wgmma_kernel.cuh and bwd_wgmma_hd256_kernel.cuh).
+// the mask (shared by bwd_wgmma_kernel.cuh and bwd_wgmma_roles_kernel.cuh).
 #pragma once
 
 #include "kernels/sm90/bwd/bwd_params.h"

@@ -1,12 +1,15 @@
-// The Hopper backward main kernel for head_dim 256 on TMA + wgmma.
+// The Hopper backward main kernel for head_dim 192 and 256 on TMA + wgmma: the role-split kernel.
 //
-// At d = 256 the d = 64/128 kernel's layout (each consumer warpgroup keeps dK and dV of its 64 keys over the whole
-// head dim) would need 256 accumulator registers per thread. Here a CTA owns kBlockN = 64 keys and the two
-// consumer warpgroups split the work by role, each computing every matmul once:
-//   the S warpgroup (consumer 0):  S^T = K Q^T, P^T, dV += P^T dO (all 256 columns: 128 registers), dQ columns
-//                                  0 .. 127;
-//   the dP warpgroup (consumer 1): dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q (all 256 columns), dS to
-//                                  shared memory, dQ columns 128 .. 255.
+// At d = 192 / 256 the d = 64/128 kernel's layout (each consumer warpgroup keeps dK and dV of its 64 keys over the
+// whole head dim) would need 192 / 256 accumulator registers per thread. Here a CTA owns kBlockN = 64 keys and the
+// two consumer warpgroups split the work by role, each computing every matmul once:
+//   the S warpgroup (consumer 0):  S^T = K Q^T, P^T, dV += P^T dO (all d columns: d / 2 registers), a share of
+//                                  dQ's columns;
+//   the dP warpgroup (consumer 1): dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q (all d columns), dS to
+//                                  shared memory, the rest of dQ's columns.
+// dQ's columns are split by whole 64-column chunks, since the MN-major K operand of dQ = dS K must start on a
+// chunk: at d = 256 two chunks each; at d = 192 two and one, the wide share alternating between the warpgroups
+// tile by tile, so that each adds as much as the other over the loop.
 // P^T crosses over through shared memory in fp32 (per thread, the two warpgroups' accumulator layouts are the
 // same), so dS^T is as accurate as from one fused pass. (The previous layout split the output columns and had
 // both warpgroups compute S^T and dP^T: 7/5 of the matmul FLOPs and every exp twice.)
@@ -16,23 +19,25 @@
 //   warpgroup 0, warp 0   producer: K, V once (TMA); per Q tile Q and dO (TMA) into a 2-stage ring, LSE * log2e
 //                         and D by the 32 lanes.
 //   S warpgroup, per Q tile (kBlockM = 64 queries):
-//     S^T = K Q^T                  wgmma SS, 64 keys x 64 queries, k = 256
+//     S^T = K Q^T                  wgmma SS, 64 keys x 64 queries, k = d
 //     P^T                          exp2, softcap, mask in registers; P^T (x dtanh with softcap) -> p_xchg (fp32)
-//     dV += P^T dO                 wgmma RS, N = 256, k = 64 queries
+//     dV += P^T dO                 wgmma RS, N = d, k = 64 queries
 //   dP warpgroup, per Q tile:
-//     dP^T = V dO^T                wgmma SS, 64 x 64, k = 256
+//     dP^T = V dO^T                wgmma SS, 64 x 64, k = d
 //     dS^T = P^T (dP^T - D)        with P^T from p_xchg
-//     dK += dS^T Q                 wgmma RS, N = 256
+//     dK += dS^T Q                 wgmma RS, N = d
 //     dS -> shared                 stmatrix .trans, double buffered by tile parity
-//   both: dQ[:, 128w ..] = dS K[:, 128w ..]   wgmma SS, 64 queries x 128 columns, k = 64 keys; added to the fp32
-//                                  accumulator with 16-byte vector atomics (red.global.add.v4.f32) from registers.
+//   both: dQ[:, chunks] = dS K[:, chunks]   wgmma SS, 64 queries x 64 per chunk, k = 64 keys; added to the fp32
+//                                  accumulator with 16-byte vector atomics (red.global.add.v4.f32) from registers
+//                                  (bwd_wgmma_roles_dq.cuh).
 //   Hand-offs (named barriers): "P ready" (S warpgroup arrives, dP warpgroup waits) and "dS ready" (both wait).
 //   p_xchg is written again only after the S warpgroup has passed "dS ready" of the previous tile, i.e. after the
 //   dP warpgroup has read it; a dS buffer only after both warpgroups passed "P ready" of the tile in between, i.e.
 //   after both dQ matmuls that read it are complete.
 //   dK (* softmax_scale) by the dP warpgroup and dV by the S warpgroup are written once at the end.
 //
-// Shared memory: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; p_xchg 16 KB; LSE, D 1 KB: 225 KB.
+// Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; p_xchg 16 KB; LSE, D 1 KB:
+// 225 KB (d = 192: 177 KB).
 // Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions (releases_before in
 // bwd_schedule.h); each warpgroup adds 1 once its columns are in, which it makes known one tile later (release_dq).
 #pragma once
@@ -56,7 +61,7 @@
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
-#include "kernels/sm90/bwd/bwd_wgmma_hd256_dq.cuh"
+#include "kernels/sm90/bwd/bwd_wgmma_roles_dq.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_producer.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_scores.cuh"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
@@ -67,12 +72,12 @@ namespace flash4::sm90::bwd {
 
 // kPacked: a packed or seqused batch, each CTA in its own entry's lengths and band (bwd_schedule.h,
 // BwdSequence).
-template <class Element, bool kMasked, bool kPacked = false>
-struct BwdWgmmaHd256Kernel {
-  using Tile = WgmmaTileHd256;
+template <class Element, int kHeadDim_, bool kMasked, bool kPacked = false>
+struct BwdWgmmaRolesKernel {
+  using Tile = WgmmaTileRoles<kHeadDim_>;
   static constexpr int kHeadDim = Tile::kHeadDim, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   static constexpr int kStages = Tile::kStages, kChunks = Tile::kChunks, kConsumers = Tile::kConsumers;
-  static constexpr int kThreads = Tile::kThreads, kCols = Tile::kCols;
+  static constexpr int kThreads = Tile::kThreads;
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
@@ -80,7 +85,7 @@ struct BwdWgmmaHd256Kernel {
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
   static constexpr int kSWarpgroup = 0, kDpWarpgroup = 1;  // consumer roles
   static constexpr bool kPersistent = false;  // one work item per CTA (bwd_schedule.h)
-  using DqAdder = BwdHd256DqAdder<BwdWgmmaHd256Kernel, Element, kMasked>;
+  using DqAdder = BwdRolesDqAdder<BwdWgmmaRolesKernel, Element, kMasked>;
 
   struct SharedStorage {
     alignas(1024) Element k[kChunks][kBlockN][64];              // 128B swizzle; A of S^T, B of dQ (MN-major)
@@ -102,7 +107,7 @@ struct BwdWgmmaHd256Kernel {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     if (threadIdx.x == 0) {
-      init_producer_barriers<BwdWgmmaHd256Kernel>(s);
+      init_producer_barriers<BwdWgmmaRolesKernel>(s);
       mbarrier::fence_init();
     }
     __syncthreads();
@@ -129,15 +134,15 @@ struct BwdWgmmaHd256Kernel {
     }
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce_tiles<BwdWgmmaHd256Kernel>(P, s, e, n_block, hkv, b, range);
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaRolesKernel>(P, s, e, n_block, hkv, b, range);
     } else {
       setmaxnreg_inc<240>();
       consume(P, s, e, warpgroup - 1, n_block, hkv, b, range);
     }
   }
 
-  // acc (64 keys x 64 queries) = keys (K or V, 64 x 256) x rows^T (Q or dO of a stage, 64 x 256): wgmma SS with
-  // k = 256, both operands K-major; issued and waited for.
+  // acc (64 keys x 64 queries) = keys (K or V, 64 x d) x rows^T (Q or dO of a stage, 64 x d): wgmma SS with
+  // k = d, both operands K-major; issued and waited for.
   static __device__ __forceinline__ void transposed_product(const Element (&keys)[kChunks][kBlockN][64],
                                                             const Element (&rows)[kChunks][kBlockM][64],
                                                             float (&acc)[kBlockM / 2]) {
@@ -153,8 +158,8 @@ struct BwdWgmmaHd256Kernel {
     wgmma::fence_operand(acc);
   }
 
-  // acc (64 keys x 256 columns) += frag (this warpgroup's 64 keys x 64 queries, 16-bit A fragments) x rows (Q or
-  // dO of a stage, 64 queries x 256 columns, four 64-column chunks, LBO = one chunk, kBlockM * 128 bytes): wgmma RS
+  // acc (64 keys x d columns) += frag (this warpgroup's 64 keys x 64 queries, 16-bit A fragments) x rows (Q or
+  // dO of a stage, 64 queries x d columns, 64-column chunks, LBO = one chunk, kBlockM * 128 bytes): wgmma RS
   // with k = 64 queries, B MN-major; issued and committed, not waited for. dV = P^T dO and dK = dS^T Q.
   static __device__ __forceinline__ void issue_key_rows_product(const uint32_t (&frag)[kBlockM / 16][4],
                                                                 const Element (&rows)[kChunks][kBlockM][64],
@@ -168,7 +173,25 @@ struct BwdWgmmaHd256Kernel {
     wgmma::commit_group();
   }
 
-  // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all 256 columns, dQ columns 0 .. 127.
+  // Warpgroup wg's share of dQ for loop iteration `it` (dS in s.ds[it & 1]): at d = 256 chunks 2 wg, 2 wg + 1; at
+  // d = 192 the wide share (chunks 0, 1 on even iterations, 1, 2 on odd ones) goes to warpgroup it & 1 and the
+  // other warpgroup takes the remaining chunk.
+  template <class Entry>
+  static __device__ __forceinline__ void add_dq(const BwdParams& p, const Entry& e, SharedStorage& s, int wg, int it,
+                                                int n_block, int h, int b, int m_block, int m0, int& pending) {
+    constexpr int kWide = Tile::kDqWideChunks, kNarrow = Tile::kDqNarrowChunks;
+    const int parity = it & 1;
+    if constexpr (kWide == kNarrow) {
+      DqAdder::template add_dq<kWide>(p, e, s, wg, kWide * wg, parity, n_block, h, b, m_block, m0, pending);
+    } else if (wg == parity) {
+      DqAdder::template add_dq<kWide>(p, e, s, wg, parity, parity, n_block, h, b, m_block, m0, pending);
+    } else {
+      DqAdder::template add_dq<kNarrow>(p, e, s, wg, parity ? 0 : kChunks - kNarrow, parity, n_block, h, b,
+                                        m_block, m0, pending);
+    }
+  }
+
+  // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all d columns, its share of dQ (add_dq).
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
                                                 int n_block, int hkv, int b, QRange range,
@@ -221,7 +244,7 @@ struct BwdWgmmaHd256Kernel {
       }
       named_barrier_arrive(kBarPReady, 2 * 128);  // for the dP warpgroup
 
-      // ---- dV += P^T dO: 64 keys x 256 columns, k = 64 queries ----
+      // ---- dV += P^T dO: 64 keys x d columns, k = 64 queries ----
       uint32_t p_frag[kBlockM / 16][4];
       to_a_fragments<Element, kBlockM>(acc_s, p_frag);
       issue_key_rows_product(p_frag, s.dout[stage], acc_dv);
@@ -232,14 +255,14 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);  // every consumer thread arrives (see bwd_wgmma_kernel.cuh)
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // the dP warpgroup has written dS (and read p_xchg)
-      DqAdder::add_dq(p, e, s, kSWarpgroup, it & 1, n_block, h, b, m_block, m0, pending);
+      add_dq(p, e, s, kSWarpgroup, it, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
     if (pending >= 0) DqAdder::release_dq(p, kSWarpgroup, pending);
   }
 
-  // The dP warpgroup: dP^T, dS^T (from the S warpgroup's P^T), dK over all 256 columns, dS to shared memory, dQ
-  // columns 128 .. 255.
+  // The dP warpgroup: dP^T, dS^T (from the S warpgroup's P^T), dK over all d columns, dS to shared memory, its
+  // share of dQ (add_dq).
   template <class Entry>
   static __device__ __forceinline__ void dp_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
                                                  int n_block, int hkv, int b, QRange range,
@@ -283,7 +306,7 @@ struct BwdWgmmaHd256Kernel {
       uint32_t ds_frag[kBlockM / 16][4];
       to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
 
-      // ---- dK += dS^T Q: 64 keys x 256 columns, k = 64 queries ----
+      // ---- dK += dS^T Q: 64 keys x d columns, k = 64 queries ----
       issue_key_rows_product(ds_frag, s.q[stage], acc_dk);
 
       // ---- dS (queries x the CTA's 64 keys) to shared memory while dK runs ----
@@ -299,7 +322,7 @@ struct BwdWgmmaHd256Kernel {
       mbarrier::arrive(&s.empty[stage]);
 
       named_barrier_sync(kBarDsReady, 2 * 128);  // both warpgroups: dS of this tile is written
-      DqAdder::add_dq(p, e, s, kDpWarpgroup, buf, n_block, h, b, m_block, m0, pending);
+      add_dq(p, e, s, kDpWarpgroup, it, n_block, h, b, m_block, m0, pending);
       st.advance();
     }
     if (pending >= 0) DqAdder::release_dq(p, kDpWarpgroup, pending);
@@ -312,7 +335,7 @@ struct BwdWgmmaHd256Kernel {
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = (static_cast<int>(threadIdx.x) % 128) / 32;
     const int key_row = n_block * kBlockN + warp * 16 + lane / 4;
 
-    // Accumulator layout of a 64 x 256 wgmma: element i is row 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) +
+    // Accumulator layout of a 64 x d wgmma: element i is row 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) +
     // 2 t + (i % 2). The S warpgroup keeps dV, the dP warpgroup dK.
     float acc[kHeadDim / 2];
 #pragma unroll
@@ -327,7 +350,7 @@ struct BwdWgmmaHd256Kernel {
       }
     }
 
-    // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup), all 256 columns ----
+    // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup), all d columns ----
     if (wg == kSWarpgroup) {
       store_key_rows<Element, kHeadDim>(e, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, p.head_dim_v, lane % 4);
     } else {

@@ -1,6 +1,7 @@
-// The dQ additions of the d = 256 wgmma backward kernel (bwd_wgmma_hd256_kernel.cuh): each consumer warpgroup
-// computes dQ = dS K for its 128 columns of a Q tile and adds it into the fp32 (b, h, sq, d) accumulator with
-// 16-byte red.global.adds of whole 128-byte lines, in the deterministic order when asked.
+// The dQ additions of the role-split wgmma backward kernel (bwd_wgmma_roles_kernel.cuh, d = 192 and 256): each
+// consumer warpgroup computes dQ = dS K for its share of a Q tile's 64-column chunks and adds it into the fp32
+// (b, h, sq, d) accumulator with 16-byte red.global.adds of whole 128-byte lines, in the deterministic order when
+// asked.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +22,12 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
                : "memory");
 }
 
-// `Kernel` (BwdWgmmaHd256Kernel) gives the tile constants and its SharedStorage the ds and k tiles.
+// `Kernel` (BwdWgmmaRolesKernel) gives the tile constants and its SharedStorage the ds and k tiles.
 template <class Kernel, class Element, bool kMasked>
-struct BwdHd256DqAdder {
+struct BwdRolesDqAdder {
   using Tile = typename Kernel::Tile;
   using SharedStorage = typename Kernel::SharedStorage;
-  static constexpr int kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN, kCols = Kernel::kCols;
+  static constexpr int kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
   static constexpr int kConsumers = Kernel::kConsumers;
   static constexpr uint32_t kBarWg0 = Kernel::kBarWg0;
 
@@ -42,21 +43,24 @@ struct BwdHd256DqAdder {
     pending = -1;
   }
 
-  // dQ[:, col0 .. col0 + 127] of one tile (dS in s.ds[buf]) into the fp32 accumulator, in the deterministic order
-  // when asked. Runs in both consumer warpgroups (wg = their role index, col0 = 128 wg).
-  template <class Entry>
-  static __device__ __forceinline__ void add_dq(const BwdParams& p, const Entry& e, SharedStorage& s, int wg, int buf,
-                                                int n_block, int h, int b, int m_block, int m0, int& pending) {
+  // dQ[:, 64 chunk0 .. 64 (chunk0 + kDqChunks) - 1] of one tile (dS in s.ds[buf]) into the fp32 accumulator, in
+  // the deterministic order when asked. Runs in both consumer warpgroups (wg = their role index), on disjoint
+  // chunks of the same tile.
+  template <int kDqChunks, class Entry>
+  static __device__ __forceinline__ void add_dq(const BwdParams& p, const Entry& e, SharedStorage& s, int wg,
+                                                int chunk0, int buf, int n_block, int h, int b, int m_block, int m0,
+                                                int& pending) {
+    constexpr int kCols = 64 * kDqChunks;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
-    const int col0 = wg * kCols;
-    // ---- dQ[:, cols] = dS K[:, cols]: 64 queries x 128 columns, k = 64 keys; A K-major, B (K) MN-major ----
+    const int col0 = 64 * chunk0;
+    // ---- dQ[:, cols] = dS K[:, cols]: 64 queries x kCols columns, k = 64 keys; A K-major, B (K) MN-major ----
     float acc_dq[kCols / 2];
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       const uint64_t desc_ds = wgmma::make_desc_sw128(&s.ds[buf][0][ks * 16], 16, 1024);
-      const uint64_t desc_kt = wgmma::make_desc_sw128(&s.k[col0 / 64][ks * 16][0], kBlockN * 128, 1024);
+      const uint64_t desc_kt = wgmma::make_desc_sw128(&s.k[chunk0][ks * 16][0], kBlockN * 128, 1024);
       wgmma::mma_ss<kCols, 1, Element>(acc_dq, desc_ds, desc_kt, ks > 0);
     }
     wgmma::commit_group();
@@ -87,11 +91,11 @@ struct BwdHd256DqAdder {
     //     its row's segment 2k and takes the odd quad's row's segment 2k, the odd quad keeps its row's segment
     //     2k + 1 and takes the even quad's. Then one 16-byte atomic per thread writes the even row's 128-byte
     //     line (columns 32k .. 32k + 31) from both quads, and a second the odd row's.
-    // The d = 256 backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal): 8-byte
+    // The role-split backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal): 8-byte
     // atomics made 32-byte pieces of lines, 16-byte ones after step 1 64-byte pieces; full lines halve the L2
     // requests again.
-    // The accumulator's rows are q's true head dim wide (p.head_dim: 192 when d = 192 runs on this kernel,
-    // head_dims.h); this thread's 4 columns of line k start at col + 32 k, and those past the width (zeros: K's
+    // The accumulator's rows are q's true head dim wide (p.head_dim: narrower than the kernel when it runs
+    // zero-padded, head_dims.h); this thread's 4 columns of line k start at col + 32 k, and those past the width (zeros: K's
     // padded columns) are not added. The width is a multiple of 8: 4-column groups are whole.
     const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
     const int col = col0 + 4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
