@@ -1,7 +1,7 @@
 // The native d = 192 kernels through flash4::forward and flash4::backward, against the fp64 reference: the forward
 // (fwd_tile_config(192): 128 x 96 tiles, three 64-column chunks) and the role-split backward
-// (bwd_wgmma_roles_kernel.cuh: 64-key tiles, dQ's three chunks split two and one between the warpgroups, the
-// wide share alternating tile by tile). Odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window, softcap,
+// (bwd_wgmma_roles_kernel.cuh: 64-key tiles, a 3-stage Q / dO ring, dQ's three chunks split two and one between
+// the warpgroups). Odd lengths, GQA / MQA, causal with seqlen_q < seqlen_k, window, softcap,
 // the sink, strided tensors with NaN-poisoned padding after every row, bf16 and fp16; deterministic backward.
 #include <gtest/gtest.h>
 
@@ -40,8 +40,8 @@ TEST_P(NativeHd192, ForwardMatchesReference) {
   run_and_check_forward(GetParam());
 }
 
-// Odd Q-tile counts end the loop on either warpgroup's wide dQ share; seqlen_k <= 64 has one key tile (no
-// mma.sync kernel at 192).
+// Q-tile counts that end the 3-stage ring on each of its stages; seqlen_k <= 64 has one key tile (no mma.sync
+// kernel at 192).
 TEST_P(NativeHd192, BackwardMatchesReference) {
   if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU";
   run_and_check_backward(GetParam());

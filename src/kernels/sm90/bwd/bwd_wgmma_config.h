@@ -36,20 +36,21 @@ struct WgmmaTile {
 // head_dim 192 and 256 (bwd_wgmma_roles_kernel.cuh): a CTA owns 64 keys and the two consumer warpgroups split the
 // work by role: one computes S^T, P^T and dV, the other dP^T, dS^T and dK (each accumulator 64 x d: d / 2
 // registers per thread), and they split dQ's columns by whole 64-column chunks (d = 256: two each; d = 192: two
-// and one, swapped every Q tile so both add as many). Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x
-// 2 x 32 KB; dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB
-// limit); at d = 192 the K, V, Q and dO tiles are 3/4 of that: 176 KB.
+// for the dP warpgroup, one for the S warpgroup). Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x 2 x
+// 32 KB; dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB limit);
+// at d = 192 K, V 2 x 24 KB and Q, dO 3 stages x 2 x 24 KB: 224 KB as well.
 template <int kHeadDim_>
 struct WgmmaTileRoles {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 192 || kHeadDim == 256, "the role-split backward covers head_dim 192 and 256");
   static constexpr int kBlockM = 64;    // queries per Q tile
   static constexpr int kBlockN = 64;    // keys per CTA
-  static constexpr int kStages = 2;     // Q / dO / LSE / D ring depth
+  // Q / dO / LSE / D ring depth: a third stage fits at d = 192, whose tiles are 3/4 of d = 256's.
+  static constexpr int kStages = kHeadDim == 192 ? 3 : 2;
   static constexpr int kConsumers = 2;  // warpgroups: the S role and the dP role
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;  // 64-column (128-byte) swizzle chunks per row
-  // dQ's chunks per Q tile: the wide share (columns of one wgmma N) and the narrow one; equal at d = 256.
+  // dQ's chunks per Q tile: the dP warpgroup's share (columns of one wgmma N) and the S warpgroup's; equal at 256.
   static constexpr int kDqWideChunks = (kChunks + 1) / 2;
   static constexpr int kDqNarrowChunks = kChunks / 2;
 };

@@ -8,8 +8,8 @@
 //   the dP warpgroup (consumer 1): dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q (all d columns), dS to
 //                                  shared memory, the rest of dQ's columns.
 // dQ's columns are split by whole 64-column chunks, since the MN-major K operand of dQ = dS K must start on a
-// chunk: at d = 256 two chunks each; at d = 192 two and one, the wide share alternating between the warpgroups
-// tile by tile, so that each adds as much as the other over the loop.
+// chunk: at d = 256 two chunks each; at d = 192 two for the dP warpgroup and one for the S warpgroup, which has the
+// exps besides.
 // P^T crosses over through shared memory in fp32 (per thread, the two warpgroups' accumulator layouts are the
 // same), so dS^T is as accurate as from one fused pass. (The previous layout split the output columns and had
 // both warpgroups compute S^T and dP^T: 7/5 of the matmul FLOPs and every exp twice.)
@@ -37,7 +37,7 @@
 //   dK (* softmax_scale) by the dP warpgroup and dV by the S warpgroup are written once at the end.
 //
 // Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x 2 x 32 KB; dS 2 x 8 KB; p_xchg 16 KB; LSE, D 1 KB:
-// 225 KB (d = 192: 177 KB).
+// 225 KB; at d = 192, with 3 stages: K, V 2 x 24 KB; Q, dO 3 x 2 x 24 KB; dS, p_xchg as above: 225 KB.
 // Deterministic mode: a per-(b, h, Q tile) semaphore orders the CTAs' dQ additions (releases_before in
 // bwd_schedule.h); each warpgroup adds 1 once its columns are in, which it makes known one tile later (release_dq).
 #pragma once
@@ -174,20 +174,19 @@ struct BwdWgmmaRolesKernel {
   }
 
   // Warpgroup wg's share of dQ for loop iteration `it` (dS in s.ds[it & 1]): at d = 256 chunks 2 wg, 2 wg + 1; at
-  // d = 192 the wide share (chunks 0, 1 on even iterations, 1, 2 on odd ones) goes to warpgroup it & 1 and the
-  // other warpgroup takes the remaining chunk.
+  // d = 192 the dP warpgroup takes chunks 0, 1 and the S warpgroup chunk 2, since the S warpgroup also has the
+  // exps on its path to the next tile's "P ready".
   template <class Entry>
   static __device__ __forceinline__ void add_dq(const BwdParams& p, const Entry& e, SharedStorage& s, int wg, int it,
                                                 int n_block, int h, int b, int m_block, int m0, int& pending) {
     constexpr int kWide = Tile::kDqWideChunks, kNarrow = Tile::kDqNarrowChunks;
-    const int parity = it & 1;
+    const int buf = it & 1;
     if constexpr (kWide == kNarrow) {
-      DqAdder::template add_dq<kWide>(p, e, s, wg, kWide * wg, parity, n_block, h, b, m_block, m0, pending);
-    } else if (wg == parity) {
-      DqAdder::template add_dq<kWide>(p, e, s, wg, parity, parity, n_block, h, b, m_block, m0, pending);
+      DqAdder::template add_dq<kWide>(p, e, s, wg, kWide * wg, buf, n_block, h, b, m_block, m0, pending);
+    } else if (wg == kDpWarpgroup) {
+      DqAdder::template add_dq<kWide>(p, e, s, wg, 0, buf, n_block, h, b, m_block, m0, pending);
     } else {
-      DqAdder::template add_dq<kNarrow>(p, e, s, wg, parity ? 0 : kChunks - kNarrow, parity, n_block, h, b,
-                                        m_block, m0, pending);
+      DqAdder::template add_dq<kNarrow>(p, e, s, wg, kWide, buf, n_block, h, b, m_block, m0, pending);
     }
   }
 
