@@ -16,8 +16,8 @@
 //
 // Roles (one CTA per (64-key tile, kv head, batch), looping over the query heads of its GQA group and the Q tiles
 // that can see its keys, as in bwd_wgmma_kernel.cuh):
-//   warpgroup 0, warp 0   producer: K, V once (TMA); per Q tile Q and dO (TMA) into a 2-stage ring, LSE * log2e
-//                         and D by the 32 lanes.
+//   warpgroup 0, warp 0   producer: K, V once (TMA); per Q tile Q and dO (TMA) into a kStages ring (2 at d = 256,
+//                         3 at 192), LSE * log2e and D by the 32 lanes.
 //   S warpgroup, per Q tile (kBlockM = 64 queries):
 //     S^T = K Q^T                  wgmma SS, 64 keys x 64 queries, k = d
 //     P^T                          exp2, softcap, mask in registers; P^T (x dtanh with softcap) -> p_xchg (fp32)
