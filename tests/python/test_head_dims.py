@@ -1,8 +1,9 @@
 """Head dims 96 and 192 and v / out with a head dim of their own (head_dim_v != head_dim, e.g. DeepSeek's (192, 128)):
 flash_attn_func and flash_attn_varlen_func infer it from v's shape; forward, lse and gradients against the fp64
 reference with the tolerance rule (CPU), the custom ops' fake implementations (opcheck, torch.compile), numpy
-arrays, and on a Hopper GPU (which has a 192 forward and runs the others zero-padded on its 128 / 256 kernels, also
-head dims such as 80 and 136) the same checks and the clear refusal of the splits it does not take."""
+arrays, and on a Hopper GPU (which has 192 kernels, forward and backward, and runs the others zero-padded on its
+128 / 192 / 256 kernels, also head dims such as 80 and 136) the same checks and the clear refusal of the splits it
+does not take."""
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def test_compile_fullgraph_split_head_dims():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
 def test_cuda_forward_backward(dims, causal):
-    """The GPU runs these pairs on its 192 forward or zero-padded on its 128 / 256 kernels (head_dims.h)."""
+    """The GPU runs these pairs on its 192 kernels or zero-padded on its 128 / 192 kernels (head_dims.h)."""
     d, dv = dims
     Case((2, 77, 130, 4, 2, d), (causal, (-1, -1), 0.0), torch.bfloat16, "cuda", seed=d + dv,
          dim_v=dv).check(backward=True)
