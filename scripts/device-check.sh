@@ -10,7 +10,9 @@
 #   profile-decode - Nsight Compute on one KV-cache decode launch (DECODE_ROW=batch:seqlen, default 8:32768)
 #   profile - Nsight Compute sections + SASS instruction mix of one forward launch
 #   cli    - `flash4 run --check` on the GPU (forward and backward), as a user would
-#   install-python - only the offline pip install of the Python package (for bench-py)
+#   install-python - only the offline pip install of the Python package (for bench-py); WHEEL=path installs a
+#            carried wheel instead of building (e.g. python3.12 -m pip wheel . --no-deps -w DIR, with
+#            FLASH4_HEAD_DIMS / FLASH4_DTYPES narrowed to what the run needs)
 #   python - the Python package: offline pip install, pytest on the GPU, 200-step training flash4 vs SDPA
 #            (scripts/device-python.sh)
 #   candidates - tile-table candidates at every seqlen (flash4_bench --candidates), the previous build's flash4
@@ -122,9 +124,17 @@ for stage in $STAGES; do
       done
       ;;
     install-python)
-      FLASH4_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
-        --force-reinstall -q . >"$OUT/pip.log" 2>&1
-      summary+=("pip install: rc=$?")
+      if [[ -n ${WHEEL:-} ]]; then
+        # A wheel built here beforehand and carried (minutes of device time saved): installed beside the image's
+        # packages, first on the path for the stages after this one (the peers stage adds FA4's path in front).
+        python3 -m pip install --no-index --no-deps --target /tmp/flash4-site -q "$WHEEL" >"$OUT/pip.log" 2>&1
+        summary+=("pip install of $WHEEL: rc=$?")
+        export PYTHONPATH=/tmp/flash4-site${PYTHONPATH:+:$PYTHONPATH}
+      else
+        FLASH4_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
+          --force-reinstall -q . >"$OUT/pip.log" 2>&1
+        summary+=("pip install: rc=$?")
+      fi
       ;;
     python)
       OUT="$OUT/python" bash scripts/device-python.sh >"$OUT/python.log" 2>&1
