@@ -4,8 +4,8 @@
 //
 // Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
 //   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 or in deterministic mode (bwd_wgmma_kernel.cuh) and
-//     head_dim 192 / 256 (the role-split bwd_wgmma_roles_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe (16-byte aligned
-//     base, every stride a non-zero multiple of 16 bytes);
+//     head_dim 192 / 256 (the role-split bwd_wgmma_roles_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe
+//     (16-byte aligned base, every stride a non-zero multiple of 16 bytes);
 //   mma.sync (bwd_mma_sync_kernel.cuh): everything else the GPU backward supports: tiny seqlen_k at d = 64 / 128 (one
 //     64-key tile of the mma.sync kernel wastes less than the wgmma kernel's 128-key tile) and layouts TMA cannot
 //     describe (at d = 256 two CTAs per K/V tile, one per 128-column half of dK, dV, dQ).

@@ -91,12 +91,12 @@ struct BwdRolesDqAdder {
     //     its row's segment 2k and takes the odd quad's row's segment 2k, the odd quad keeps its row's segment
     //     2k + 1 and takes the even quad's. Then one 16-byte atomic per thread writes the even row's 128-byte
     //     line (columns 32k .. 32k + 31) from both quads, and a second the odd row's.
-    // The role-split backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal): 8-byte
-    // atomics made 32-byte pieces of lines, 16-byte ones after step 1 64-byte pieces; full lines halve the L2
-    // requests again.
+    // The role-split backward is bound by L2 traffic, mostly these additions (Nsight Compute, 16k non-causal):
+    // 8-byte atomics made 32-byte pieces of lines, 16-byte ones after step 1 64-byte pieces; full lines halve the
+    // L2 requests again.
     // The accumulator's rows are q's true head dim wide (p.head_dim: narrower than the kernel when it runs
-    // zero-padded, head_dims.h); this thread's 4 columns of line k start at col + 32 k, and those past the width (zeros: K's
-    // padded columns) are not added. The width is a multiple of 8: 4-column groups are whole.
+    // zero-padded, head_dims.h); this thread's 4 columns of line k start at col + 32 k, and those past the width
+    // (zeros: K's padded columns) are not added. The width is a multiple of 8: 4-column groups are whole.
     const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
     const int col = col0 + 4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
     const int64_t row_stride = p.head_dim;
