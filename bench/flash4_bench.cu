@@ -3,7 +3,7 @@
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
 //                     [--seqlens S1,S2,...] [--dims D1,D2,...]
 //                     [--host] [--varlen] [--decode [--decode-splits 0,1,8] [--decode-row B:S]] [--fp8]
-//   --dims: head dims (default 64,128,256; 96 runs zero-padded on the 128 kernel, 192 on its own); heads = 2048 / d
+//   --dims: head dims (default 64,128,256; 96 and 192 run on their own kernels); heads = 2048 / d
 //           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
 //   --backward: times flash4::backward (and its deterministic mode) instead; FLOPs = 2.5 x forward.

@@ -3,12 +3,15 @@
 # Per (dtype, head dim) three translation units, so the matrix compiles in parallel: the mma.sync kernel, the
 # wgmma kernel (each with both mask variants) and the wgmma kernel of packed batches; bwd_configs.inc lists the
 # compiled sets for bwd_api.cu's dispatch.
-# The wgmma kernel also has a native 192 (the role-split kernel, built with the 256 one); the mma.sync kernel
-# does not (head_dims.h). bwd_configs.inc lists both sets: FLASH4_BWD_CONFIGS (mma.sync) and
+# The wgmma kernel also has native 96 (built with 128) and 192 (the role-split kernel, built with 256); the
+# mma.sync kernel has neither (head_dims.h). bwd_configs.inc lists both sets: FLASH4_BWD_CONFIGS (mma.sync) and
 # FLASH4_BWD_WGMMA_CONFIGS.
 set(FLASH4_BWD_CONFIGS "")
 set(FLASH4_BWD_WGMMA_CONFIGS "")
 set(FLASH4_BWD_WGMMA_HEAD_DIMS ${FLASH4_HEAD_DIMS})
+if("128" IN_LIST FLASH4_HEAD_DIMS)
+  list(APPEND FLASH4_BWD_WGMMA_HEAD_DIMS 96)
+endif()
 if("256" IN_LIST FLASH4_HEAD_DIMS)
   list(APPEND FLASH4_BWD_WGMMA_HEAD_DIMS 192)
 endif()

@@ -6,8 +6,12 @@ file(GLOB_RECURSE FLASH4_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/sr
 # everything else is a runtime value).
 set(FLASH4_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 set(FLASH4_FWD_CONFIGS "")
-# The forward also has a native 192 kernel, built with the 256 one (192 would otherwise run zero-padded on it).
+# The forward also has native 96 and 192 kernels, built with the 128 and 256 ones (on which they would otherwise
+# run zero-padded).
 set(FLASH4_FWD_HEAD_DIMS ${FLASH4_HEAD_DIMS})
+if("128" IN_LIST FLASH4_HEAD_DIMS)
+  list(APPEND FLASH4_FWD_HEAD_DIMS 96)
+endif()
 if("256" IN_LIST FLASH4_HEAD_DIMS)
   list(APPEND FLASH4_FWD_HEAD_DIMS 192)
 endif()

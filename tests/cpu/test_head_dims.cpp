@@ -224,13 +224,17 @@ TEST(Sm90HeadDims, PaddedPairsRunOnTheNextWiderKernel) {
   EXPECT_EQ(sm90::kernel_head_dim(264, 264), 0);
   EXPECT_FALSE(sm90::padded_head_dims(128, 128));
   EXPECT_FALSE(sm90::padded_head_dims(256, 256));
-  EXPECT_TRUE(sm90::padded_head_dims(96, 96));
+  EXPECT_TRUE(sm90::padded_head_dims(96, 96));  // no mma.sync 96 either
   EXPECT_TRUE(sm90::padded_head_dims(128, 64));
   EXPECT_TRUE(sm90::padded_head_dims(192, 128));
   EXPECT_TRUE(sm90::padded_head_dims(192, 192));  // no mma.sync 192: the backward needs its TMA kernel
-  // The forward and the backward's wgmma kernel have their own 192 kernel; decode runs only 64, 128 and 256.
+  // The forward and the backward's wgmma kernel have their own 96 and 192 kernels; decode runs only 64, 128
+  // and 256.
   for (auto width : {sm90::fwd_kernel_head_dim, sm90::bwd_kernel_head_dim}) {
-    EXPECT_EQ(width(96, 96), 128);
+    EXPECT_EQ(width(72, 72), 96);
+    EXPECT_EQ(width(96, 96), 96);
+    EXPECT_EQ(width(104, 104), 128);
+    EXPECT_EQ(width(128, 64), 128);
     EXPECT_EQ(width(136, 136), 192);
     EXPECT_EQ(width(192, 192), 192);
     EXPECT_EQ(width(192, 128), 192);

@@ -83,6 +83,7 @@ __device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t desc_a, uint
 template <int kN, int kTransB, class Element>
 __device__ __forceinline__ void mma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
   if constexpr (kN == 64) mma_rs_m64n64k16<kTransB>(d, a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 96) mma_rs_m64n96k16<kTransB>(d, a, desc_b, accumulate, Element{});
   else if constexpr (kN == 128) mma_rs_m64n128k16<kTransB>(d, a, desc_b, accumulate, Element{});
   else if constexpr (kN == 192) mma_rs_m64n192k16<kTransB>(d, a, desc_b, accumulate, Element{});
   else if constexpr (kN == 256) mma_rs_m64n256k16<kTransB>(d, a, desc_b, accumulate, Element{});

@@ -2,13 +2,14 @@
 // others. Host-only, so that forward and backward dispatch say the same thing and CPU tests can check it without
 // a GPU.
 //
-// The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels), the forward
-// and the backward's wgmma kernel also for 192 (three panels, when 256 is compiled; the decode kernel and the
-// backward's mma.sync kernel have no 192). Narrower head dims run on the next wider kernel, zero-padded
-// without any memory: the TMA tensor maps keep the tensors'
-// true widths, so TMA fills the panels' columns past them with zeros on loads (QK^T and PV stay exact, padded V
-// columns give zero output columns) and clips them on stores; every store the kernels make themselves is bounded
-// by the true width (FwdParams::head_dim_v, BwdParams::head_dim / head_dim_v).
+// The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels). The
+// forward and the backward's wgmma kernel also have 96 (built with 128: two panels in shared memory, half of the
+// second one used, matmuls 96 wide) and 192 (three panels, built with 256); the decode kernel and the backward's
+// mma.sync kernel have neither. Narrower head dims run on the next wider kernel, zero-padded without any memory:
+// the TMA tensor maps keep the tensors' true widths, so TMA fills the panels' columns past them with zeros on
+// loads (QK^T and PV stay exact, padded V columns give zero output columns) and clips them on stores; every
+// store the kernels make themselves is bounded by the true width (FwdParams::head_dim_v, BwdParams::head_dim /
+// head_dim_v).
 #pragma once
 
 #include <cstddef>
@@ -19,11 +20,11 @@
 
 namespace flash4::sm90 {
 
-// Widths the kernels are compiled for (FLASH4_HEAD_DIMS); the forward's and the backward's add their native 192
-// (cmake/kernels.cmake, cmake/bwd_kernels.cmake).
+// Widths the kernels are compiled for (FLASH4_HEAD_DIMS); the forward's and the backward's add their native 96
+// and 192 (cmake/kernels.cmake, cmake/bwd_kernels.cmake).
 inline constexpr int64_t kKernelHeadDims[] = {64, 128, 256};
-inline constexpr int64_t kFwdKernelHeadDims[] = {64, 128, 192, 256};
-inline constexpr int64_t kBwdKernelHeadDims[] = {64, 128, 192, 256};
+inline constexpr int64_t kFwdKernelHeadDims[] = {64, 96, 128, 192, 256};
+inline constexpr int64_t kBwdKernelHeadDims[] = {64, 96, 128, 192, 256};
 
 // Head dims the GPU takes for q, k and v alike: every multiple of 8 up to 256, on the compiled widths and
 // zero-padded on the next wider one (tests/gpu/test_padded_head_dims.cu, test_any_head_dims.cu).
@@ -57,15 +58,16 @@ constexpr int narrowest_width(const int64_t (&widths)[N], int64_t d, int64_t dv)
 // The compiled width that runs head dims (d, dv) in the decode kernel and the backward's mma.sync kernel.
 constexpr int kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kKernelHeadDims, d, dv); }
 
-// The compiled width that runs head dims (d, dv) in the backward: 192 and (192, 128) on the role-split kernel of
-// width 192, unpadded or with v's panels padded.
+// The compiled width that runs head dims (d, dv) in the backward: 72 .. 96 on the wgmma kernel of width 96, 192
+// and (192, 128) on the role-split kernel of width 192, unpadded or with v's panels padded.
 constexpr int bwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kBwdKernelHeadDims, d, dv); }
 
-// The same for the forward, which has a 192 kernel: 192 and (192, 128) run unpadded or on fewer padded columns.
+// The same for the forward, which has 96 and 192 kernels: 72 .. 96, 192 and (192, 128) run unpadded or on fewer
+// padded columns.
 constexpr int fwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kFwdKernelHeadDims, d, dv); }
 
 // Whether (d, dv) has no kernel of exactly its width among kKernelHeadDims (narrower than the width, v narrower
-// than q and k, or 192): such problems need the TMA kernels, since the backward's mma.sync fallback exists only
+// than q and k, 96 or 192): such problems need the TMA kernels, since the backward's mma.sync fallback exists only
 // for the full widths 64, 128 and 256 (it loads full-width rows itself).
 constexpr bool padded_head_dims(int64_t d, int64_t dv) { return d != dv || kernel_head_dim(d, dv) != d; }
 

@@ -7,6 +7,10 @@
 //             (32 registers each). dQ (64 x 128) is split by columns: warpgroup w computes columns 64w .. 64w + 63.
 //  * d = 64:  dK + dV = 64 registers, so kBlockM = 128: S^T, dP^T are 64 x 128 (64 registers each). dQ
 //             (128 x 64) is split by rows: warpgroup w computes rows 64w .. 64w + 63.
+//  * d = 96:  d = 128's tiles and shared memory (rows padded to two 64-column chunks; TMA zero-fills the columns
+//             past 96), with S^T, dP^T over 96 columns and dK, dV 96 wide (48 registers each). dQ keeps d =
+//             128's two 64-column pieces: the second is half zeros (K's padded columns), and its writer sends
+//             only the first half.
 // Either way each warpgroup's dQ piece is 64 x 64 (32 registers), one wgmma N = 64 per k-step.
 // Shared memory (bytes): K, V 2 * 128 d * 2; Q, dO 2 stages * 2 * kBlockM d * 2; dS 2 buffers * kBlockM * 128 * 2;
 // d = 128: 64 + 64 + 32 KB = 160 KB; d = 64: 32 + 64 + 64 KB = 160 KB (+ LSE, D, barriers, 1 KB alignment).
@@ -19,16 +23,16 @@ namespace flash4::sm90::bwd {
 template <int kHeadDim_>
 struct WgmmaTile {
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "the wgmma backward covers head_dim 64 and 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128, "the wgmma backward covers head_dim 64 .. 128");
   static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;  // queries per Q tile
   static constexpr int kBlockN = 128;                         // keys per CTA
   static constexpr int kStages = 2;                           // Q / dO / LSE / D ring depth
   static constexpr int kConsumers = 2;                        // warpgroups of 64 keys
   static constexpr int kThreads = 128 * (1 + kConsumers);     // + one producer warpgroup
-  static constexpr int kChunks = kHeadDim / 64;               // 64-column (128-byte) swizzle chunks per row
-  // dQ split between the consumers: by rows when kBlockM = 128, by columns when kBlockM = 64.
+  static constexpr int kChunks = (kHeadDim + 63) / 64;        // 64-column (128-byte) swizzle chunks per row
+  // dQ split between the consumers: by rows when kBlockM = 128, by 64-column chunks when kBlockM = 64.
   static constexpr bool kDqSplitRows = kBlockM == 128;
-  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
+  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : 64;
   static_assert(kBlockN == 64 * kConsumers);
   static_assert(kDqCols == 64 && (kDqSplitRows ? kBlockM == 128 : kBlockM == 64), "each dQ piece is 64 x 64");
 };

@@ -9,6 +9,8 @@
 //             problems use 128 x 128 instead (fwd_short_tile_config below).
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
+//  * d = 96:  d = 128's configuration and shared memory (rows padded to two 64-column chunks), with matmuls
+//             96 wide: 3/4 of the matmul work, and O in 48 registers.
 //  * d = 192: O takes 96 registers, so S of 96 keys (48) and P (24) still fit beside the next S in flight;
 //             Q 48 KB + 2 x (36 + 36) KB = 192 KB. Three 64-column chunks per row; 3/4 of the matmul work of
 //             192 zero-padded on the 256 kernel.
@@ -94,12 +96,16 @@ constexpr FwdLaunchConfig fwd_launch_config(int head_dim, bool masked, int seqle
 constexpr int fwd_consumer_warpgroups(const FwdTileConfig& c) { return c.block_m / 64; }
 constexpr int fwd_threads(const FwdTileConfig& c) { return 128 * (1 + fwd_consumer_warpgroups(c)); }
 
+// Columns of a 16-bit Q / K / V row in shared memory: whole 64-column (128-byte) swizzle chunks, so d = 96 is
+// stored as 128 (TMA zero-fills the columns past the tensor's width; no matmul reads them).
+constexpr int fwd_smem_head_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // Q tiles in shared memory: two for the cross-tile overlap (a consumer issues the next tile's first S while this
 // tile's last P V runs, so the next Q must already be in place), which needs two P buffers: d = 128. A second Q
 // buffer alone does not pay, and d = 256's 64 KB Q does not fit twice.
 constexpr int fwd_smem_bytes_with(const FwdTileConfig& c, int head_dim, int q_buffers) {
-  const int q = q_buffers * c.block_m * head_dim * 2;
-  const int kv = 2 * c.stages * c.block_n * head_dim * 2;
+  const int q = q_buffers * c.block_m * fwd_smem_head_dim(head_dim) * 2;
+  const int kv = 2 * c.stages * c.block_n * fwd_smem_head_dim(head_dim) * 2;
   const int barriers = (2 * q_buffers + 4 * c.stages) * 8 + q_buffers * 8;  // + the tile ids
   return q + kv + barriers + 1024;  // + 1 KB to align the base for 128B swizzle
 }
@@ -116,10 +122,12 @@ constexpr int fwd_smem_bytes(int head_dim, bool masked) {
 }
 
 static_assert(fwd_smem_bytes(64, false) <= 232448);
+static_assert(fwd_smem_bytes(96, false) <= 232448);
 static_assert(fwd_smem_bytes(128, false) <= 232448);
 static_assert(fwd_smem_bytes(192, false) <= 232448);
 static_assert(fwd_smem_bytes(256, false) <= 232448);
 static_assert(fwd_smem_bytes(64, true) <= 232448);
+static_assert(fwd_smem_bytes(96, true) <= 232448);
 static_assert(fwd_smem_bytes(128, true) <= 232448);
 static_assert(fwd_smem_bytes(192, true) <= 232448);
 static_assert(fwd_smem_bytes(256, true) <= 232448);

@@ -54,16 +54,18 @@ struct FwdTraits {
   // so the next tile's Q loads into a second Q buffer during this tile.
   static constexpr bool kCrossTile = fwd_cross_tile(kCfg, kHeadDim);
   static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);
-  static constexpr int kChunks = kHeadDim / kChunkCols;  // 128-byte swizzle chunks per Q / K row
+  // 128-byte swizzle chunks per Q / K row; at d = 96 the second is half used (fwd_smem_head_dim).
+  static constexpr int kChunks = (kHeadDim + kChunkCols - 1) / kChunkCols;
   static constexpr int kWgRows = 64;             // query rows per consumer warpgroup
   static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
   static constexpr int kThreads = fwd_threads(kCfg);
   // wgmma k-step descriptors as 32-bit offsets from one base descriptor per operand, instead of one built per
-  // k-step: it shortens the path to the next issue where measured to pay (three consumers, d = 128).
-  static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 128;
+  // k-step: it shortens the path to the next issue where measured to pay (three consumers, d = 96 / 128).
+  static constexpr bool kKStepsFromBase = kConsumers == 3 || kHeadDim == 96 || kHeadDim == 128;
   static_assert(kBlockM == kWgRows * kConsumers && (kConsumers == 2 || kConsumers == 3));
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N and TMA box rows");
-  static_assert(kHeadDim % kChunkCols == 0, "head_dim must fill whole 128-byte swizzle chunks");
+  static_assert(kHeadDim % kChunkCols == 0 || (!kFp8 && kHeadDim == 96),
+                "head_dim fills whole 128-byte swizzle chunks, or 1.5 of them (16-bit d = 96)");
   static_assert(!kFp8 || (kBlockN % 128 == 0 && !kCrossTile), "FP8: V^T rows are whole 128-key chunks");
   // V's tile in shared memory: (block_n, d) in 64-column chunks (MN-major B of P V), or for FP8 V^T, (d, block_n)
   // in 128-key chunks (K-major B).
@@ -84,8 +86,9 @@ struct FwdTraits {
   static constexpr bool kKeepBand = kHeadDim <= 64;
 
   using Softmax = FwdSoftmax<kBlockN>;
-  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * kElementBytes;
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
+  // Bytes TMA writes per tile: whole chunks, the columns past the tensor's width zero-filled.
+  static constexpr uint32_t kQBytes = kBlockM * kChunks * kChunkCols * kElementBytes;
+  static constexpr uint32_t kKVTileBytes = kBlockN * kChunks * kChunkCols * kElementBytes;
 
   struct SharedStorage {
     alignas(1024) Element q[kQBuffers][kChunks][kBlockM][kChunkCols];  // (block_m, d), 128B swizzle, K-major A of Q K^T
