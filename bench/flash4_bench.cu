@@ -195,6 +195,7 @@ template <template <int, bool> class Config, int kPersistent = -1>
 Launcher variant_launcher(const Shape& sh) {
   switch (sh.d) {
     case 64: return sh.causal ? &variant_forward<64, true, Config, kPersistent> : &variant_forward<64, false, Config, kPersistent>;
+    case 96: return sh.causal ? &variant_forward<96, true, Config, kPersistent> : &variant_forward<96, false, Config, kPersistent>;
     case 128: return sh.causal ? &variant_forward<128, true, Config, kPersistent> : &variant_forward<128, false, Config, kPersistent>;
     case 256: return sh.causal ? &variant_forward<256, true, Config, kPersistent> : &variant_forward<256, false, Config, kPersistent>;
   }
@@ -235,6 +236,13 @@ template <int D, bool M> struct DoubleP { static constexpr FwdTileConfig tile = 
 template <int D, bool M> struct Tile128 {
   static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_tile(128, 128);
 };
+// Three consumers (192 query rows, 160 registers each) with one P buffer and block_n keys.
+template <int kBlockN>
+struct ThreeConsumers {
+  template <int D, bool M> struct Of {
+    static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(192, kBlockN).with_double_p(false);
+  };
+};
 
 
 // The ablation ladder of the forward issue, then tuning candidates. Each step adds one idea.
@@ -266,6 +274,11 @@ std::vector<Variant> tile_candidates(const Shape& sh) {
                             {"non_persistent", {}, variant_launcher<Table, 0>(sh)}};
   // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one).
   if (sh.d == 128) v.push_back({"single_p", {}, launcher_for<128, SingleP>(sh)});
+  if (sh.d == 96) {
+    v.push_back({"single_p", {}, launcher_for<96, SingleP>(sh)});
+    v.push_back({"m192_n128", {}, launcher_for<96, ThreeConsumers<128>::Of>(sh)});
+    v.push_back({"m192_n96", {}, launcher_for<96, ThreeConsumers<96>::Of>(sh)});
+  }
   if (sh.d == 256) v.push_back({"double_p", {}, launcher_for<256, DoubleP>(sh)});
   if (sh.d == 64) {
     v.push_back({"m128", {}, launcher_for<64, Tile128>(sh)});
@@ -397,7 +410,7 @@ int main(int argc, char** argv) {
       auto more = tile_candidates(sh);
       variants.insert(variants.end(), more.begin(), more.end());
     }
-    // Kernel variants exist for 64, 128 and 256 only.
+    // Kernel variants exist for 64, 96, 128 and 256 only.
     variants.erase(std::remove_if(variants.begin(), variants.end(), [](const Variant& v) { return v.launch == nullptr; }),
                    variants.end());
     const Inputs inputs(sh);

@@ -90,7 +90,7 @@ struct BwdWgmmaKernel {
   // declared 1024-aligned (bwd_wgmma_entry.cuh), so no alignment slack is allocated: exactly 227 KB. It pays on
   // short and masked items; unmasked one-item launches at d = 64 (items of many Q tiles, where the second buffer
   // was slower) keep one buffer.
-  static constexpr int kDqBuffers = (kHeadDim >= 128 || kMasked || kPersistentCtas) ? 2 : 1;
+  static constexpr int kDqBuffers = (kHeadDim > 64 || kMasked || kPersistentCtas) ? 2 : 1;
   // Persistent CTAs (bwd_schedule.h, BwdWorkRange; launched where bwd_persistent_pays): K, V double as the item
   // boundary. Otherwise one CTA per work item, the code path of the deterministic mode and of long items.
   static constexpr bool kPersistent = kPersistentCtas;
