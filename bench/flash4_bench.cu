@@ -236,12 +236,18 @@ template <int D, bool M> struct DoubleP { static constexpr FwdTileConfig tile = 
 template <int D, bool M> struct Tile128 {
   static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_tile(128, 128);
 };
+template <int D, bool M> struct Tile128DoubleP {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(128, 128).with_double_p(true);
+};
 // Three consumers (192 query rows, 160 registers each) with one P buffer and block_n keys.
 template <int kBlockN>
 struct ThreeConsumers {
   template <int D, bool M> struct Of {
     static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(192, kBlockN).with_double_p(false);
   };
+};
+template <int D, bool M> struct ThreeConsumersStages3 {
+  static constexpr FwdTileConfig tile = ThreeConsumers<96>::Of<D, M>::tile.with_stages(3);
 };
 
 
@@ -274,10 +280,10 @@ std::vector<Variant> tile_candidates(const Shape& sh) {
                             {"non_persistent", {}, variant_launcher<Table, 0>(sh)}};
   // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one).
   if (sh.d == 128) v.push_back({"single_p", {}, launcher_for<128, SingleP>(sh)});
-  if (sh.d == 96) {
-    v.push_back({"single_p", {}, launcher_for<96, SingleP>(sh)});
-    v.push_back({"m192_n128", {}, launcher_for<96, ThreeConsumers<128>::Of>(sh)});
+  if (sh.d == 96) {  // the d = 128 tile with two P buffers, and three consumers on 192 x 96
+    v.push_back({"m128_n128", {}, launcher_for<96, Tile128DoubleP>(sh)});
     v.push_back({"m192_n96", {}, launcher_for<96, ThreeConsumers<96>::Of>(sh)});
+    v.push_back({"m192_n96_stages3", {}, launcher_for<96, ThreeConsumersStages3>(sh)});
   }
   if (sh.d == 256) v.push_back({"double_p", {}, launcher_for<256, DoubleP>(sh)});
   if (sh.d == 64) {

@@ -9,7 +9,7 @@ namespace flash4::sm90 {
 namespace {
 
 constexpr int kSmemLimit = 232448;  // per-block opt-in maximum of sm_90
-constexpr int kHeadDims[] = {64, 128, 192, 256};
+constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
 
 void check_config(const FwdTileConfig& c, int head_dim) {
   SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", tile " + std::to_string(c.block_m) + " x " +
@@ -35,6 +35,14 @@ TEST(FwdConfig, EveryTableEntryFitsTheHardware) {
     for (bool masked : {false, true}) check_config(fwd_tile_config(d, masked), d);
     if (fwd_has_short_config(d, true)) check_config(fwd_short_tile_config(d), d);
   }
+}
+
+// d = 96 keeps whole 64-column swizzle chunks in shared memory: its tiles cost what d = 128's do.
+TEST(FwdConfig, HeadDim96IsStoredAsTwoChunks) {
+  EXPECT_EQ(fwd_smem_head_dim(96), 128);
+  EXPECT_EQ(fwd_smem_head_dim(192), 192);
+  const FwdTileConfig c = fwd_tile_config(128, true);
+  EXPECT_EQ(fwd_smem_bytes_with(c, 96, 1), fwd_smem_bytes_with(c, 128, 1));
 }
 
 // The cross-tile overlap (two Q buffers) runs only at d = 128, where it pays (docs/performance.md, 3.4 and 3.12).

@@ -10,7 +10,8 @@
 //  * d = 96:  d = 128's tiles and shared memory (rows padded to two 64-column chunks; TMA zero-fills the columns
 //             past 96), with S^T, dP^T over 96 columns and dK, dV 96 wide (48 registers each). dQ keeps d =
 //             128's two 64-column pieces: the second is half zeros (K's padded columns), and its writer sends
-//             only the first half.
+//             only the first half. (An N = 32 wgmma for that piece needs its own compiled consumer loop, which
+//             made ptxas serialize the persistent kernel's wgmmas for lack of registers.)
 // Either way each warpgroup's dQ piece is 64 x 64 (32 registers), one wgmma N = 64 per k-step.
 // Shared memory (bytes): K, V 2 * 128 d * 2; Q, dO 2 stages * 2 * kBlockM d * 2; dS 2 buffers * kBlockM * 128 * 2;
 // d = 128: 64 + 64 + 32 KB = 160 KB; d = 64: 32 + 64 + 64 KB = 160 KB (+ LSE, D, barriers, 1 KB alignment).

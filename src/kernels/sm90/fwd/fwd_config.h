@@ -10,7 +10,8 @@
 //  * d = 128: 128 x 128 tiles: S (64 regs) + P (32) + O (64) fit in 232 registers while the next S is in
 //             flight; 2 stages of K and V (4 x 32 KB) + Q (32 KB) = 160 KB.
 //  * d = 96:  d = 128's configuration and shared memory (rows padded to two 64-column chunks), with matmuls
-//             96 wide: 3/4 of the matmul work, and O in 48 registers.
+//             96 wide: 3/4 of the matmul work, and O in 48 registers. Three consumers on 192 x 96 tiles fit
+//             their registers (192 x 128 spills) but were no faster overall (docs/performance.md).
 //  * d = 192: O takes 96 registers, so S of 96 keys (48) and P (24) still fit beside the next S in flight;
 //             Q 48 KB + 2 x (36 + 36) KB = 192 KB. Three 64-column chunks per row; 3/4 of the matmul work of
 //             192 zero-padded on the 256 kernel.
