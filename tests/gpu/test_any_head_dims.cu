@@ -1,6 +1,6 @@
 // Head dims other than 64, 96, 128, 192 and 256 (every multiple of 8 up to 256) on the GPU: zero-padded on the
-// next wider kernel as 96 is (head_dims.h), so narrower than one 64-column panel (8, 40), inside a panel of the
-// 128, 192 and 256 kernels (80, 104, 136, 184, 200, 248). Forward and backward against the fp64 reference,
+// next wider kernel (head_dims.h), so narrower than one 64-column panel (8, 40), inside a panel of the 96, 128,
+// 192 and 256 kernels (80, 104, 136, 184, 200, 248). Forward and backward against the fp64 reference,
 // odd lengths, GQA, causal, window, softcap, the sink, a long causal forward, the deterministic mode, strided
 // tensors (row strides that are not the width).
 #include <gtest/gtest.h>
