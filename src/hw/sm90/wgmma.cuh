@@ -74,6 +74,7 @@ __device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t desc_a, uint
   if constexpr (kN == 64) mma_ss_m64n64k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
   else if constexpr (kN == 80) mma_ss_m64n80k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
   else if constexpr (kN == 96) mma_ss_m64n96k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
+  else if constexpr (kN == 112) mma_ss_m64n112k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
   else if constexpr (kN == 128) mma_ss_m64n128k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
   else if constexpr (kN == 176) mma_ss_m64n176k16<kTransB>(d, desc_a, desc_b, accumulate, Element{});
   else static_assert(kN == 64, "no wgmma SS wrapper generated for this N (scripts/gen_wgmma.py)");

@@ -12,8 +12,8 @@
 //  * d = 96:  d = 128's configuration and shared memory (rows padded to two 64-column chunks), with matmuls
 //             96 wide: 3/4 of the matmul work, and O in 48 registers. Three consumers on 192 x 96 tiles fit
 //             their registers (192 x 128 spills) but were no faster overall (docs/performance.md).
-//  * d = 192: O takes 96 registers, so S of 96 keys (48) and P (24) still fit beside the next S in flight;
-//             Q 48 KB + 2 x (36 + 36) KB = 192 KB. Three 64-column chunks per row; 3/4 of the matmul work of
+//  * d = 192: O takes 96 registers, so S of 112 keys (56) and P (28) still fit beside the next S in flight;
+//             Q 48 KB + 2 x (42 + 42) KB = 216 KB. Three 64-column chunks per row; 3/4 of the matmul work of
 //             192 zero-padded on the 256 kernel.
 //  * d = 256: O alone takes 128 registers, so S shrinks to 64 keys (32 regs); Q 64 KB + 2 x (32 + 32) KB =
 //             192 KB. The exp is ~17 % of the matmul time: no emulation.
@@ -48,7 +48,7 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   (void)masked;
   if (head_dim <= 64) return {192, 128, 3, 0, true, false};
   if (head_dim <= 128) return {128, 128, 2, 0, true, false, /*double_p=*/true};
-  if (head_dim <= 192) return {128, 96, 2, 0, true, false};
+  if (head_dim <= 192) return {128, 112, 2, 0, true, false};
   return {128, 64, 2, 0, true, false};
 }
 
