@@ -1,6 +1,6 @@
 // The native d = 96 and d = 192 kernels through flash4::forward and flash4::backward, against the fp64 reference.
 // 96: d = 128's forward and wgmma backward with matmuls 96 wide over rows padded to two 64-column chunks in
-// shared memory (the backward's second dQ piece half zeros). 192: the forward's 128 x 96 tiles of three
+// shared memory (the backward's second dQ piece half zeros). 192: the forward's 128 x 112 tiles of three
 // 64-column chunks and the role-split backward (bwd_wgmma_roles_kernel.cuh: 64-key tiles, a 3-stage Q / dO
 // ring, dQ's three chunks split two and one between the warpgroups). Odd lengths, GQA / MQA, causal with
 // seqlen_q < seqlen_k, window, softcap, the sink, strided tensors with NaN-poisoned padding after every row,
