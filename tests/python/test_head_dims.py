@@ -1,9 +1,9 @@
 """Head dims 96 and 192 and v / out with a head dim of their own (head_dim_v != head_dim, e.g. DeepSeek's (192, 128)):
 flash_attn_func and flash_attn_varlen_func infer it from v's shape; forward, lse and gradients against the fp64
 reference with the tolerance rule (CPU), the custom ops' fake implementations (opcheck, torch.compile), numpy
-arrays, and on a Hopper GPU (which has 192 kernels, forward and backward, and runs the others zero-padded on its
-128 / 192 / 256 kernels, also head dims such as 80 and 136) the same checks and the clear refusal of the splits it
-does not take."""
+arrays, and on a Hopper GPU (which has 96 and 192 kernels, forward and backward, and runs the others zero-padded
+on its 96 / 128 / 192 / 256 kernels, also head dims such as 80 and 136) the same checks and the clear refusal of
+the splits it does not take."""
 
 import numpy as np
 import pytest
