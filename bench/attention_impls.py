@@ -3,6 +3,8 @@
 Every implementation is a function fwd(q, k, v, causal) -> out on (batch, seqlen, heads, head_dim) tensors, with
 autograd for the backward:
   flash4, flash4_deterministic   the flash4 package (python/flash4)
+  flash4_vpad                    flash4 with v zero-padded to q's head dim (forward only): the kernel a split
+                                 head dim (sdpa_bench.py --dv) runs on without a kernel of its own
   fa4                            FlashAttention-4's CuTe-DSL kernels (the `flash_attn.cute` module of the
                                  flash-attn-4 package; on the H200 its SM90 forward and backward)
   cudnn, fa2                     PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends
@@ -11,10 +13,11 @@ This module imports nothing heavy at import time (names and argument checks work
 load_impls imports what the requested implementations need and reports the versions it found.
 """
 
-IMPL_NAMES = ("flash4", "flash4_deterministic", "fa4", "cudnn", "fa2")
+IMPL_NAMES = ("flash4", "flash4_deterministic", "flash4_vpad", "fa4", "cudnn", "fa2")
 
 # Implementations that are optional packages: left out (with a note) when not importable, the rest still run.
-OPTIONAL = {"flash4": "flash4", "flash4_deterministic": "flash4", "fa4": "flash_attn.cute (flash-attn-4)"}
+OPTIONAL = {"flash4": "flash4", "flash4_deterministic": "flash4", "flash4_vpad": "flash4",
+            "fa4": "flash_attn.cute (flash-attn-4)"}
 
 
 def parse_impls(text):
@@ -66,6 +69,18 @@ def load_impls(names, log):
             fns["flash4"] = lambda q, k, v, causal: flash4.flash_attn_func(q, k, v, causal=causal)
             fns["flash4_deterministic"] = lambda q, k, v, causal: flash4.flash_attn_func(q, k, v, causal=causal,
                                                                                          deterministic=True)
+            padded_v = {}  # v zero-padded to q's head dim, made once per input tensor (outside the timing)
+
+            def flash4_vpad(q, k, v, causal):
+                # A v narrower than q run at q's width (the kernel a split head dim has without its own), the
+                # output's padded columns dropped: the baseline of the split kernels.
+                if v.requires_grad:
+                    raise ValueError("flash4_vpad times the forward only")
+                key = (v.data_ptr(), v.shape)
+                if key not in padded_v:
+                    padded_v[key] = torch.nn.functional.pad(v.detach(), (0, q.shape[-1] - v.shape[-1]))
+                return flash4.flash_attn_func(q, k, padded_v[key], causal=causal)[..., :v.shape[-1]]
+            fns["flash4_vpad"] = flash4_vpad
         except Exception as e:  # optional: the SDPA backends are still worth timing
             log(f"flash4 left out: the flash4 package does not import ({type(e).__name__}: {e})")
     if "fa4" in names:

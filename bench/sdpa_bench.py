@@ -80,9 +80,13 @@ def build_parser():
     ap.add_argument("--warm-ms", type=float, default=150.0)
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--dims", default="64,128,256")
+    # v's (and out's) head dim where it differs from q / k's (e.g. 128 with --dims 192: DeepSeek's MLA); FLOPs
+    # 2 b h s^2 (d + dv) forward, 2.5x that backward.
+    ap.add_argument("--dv", type=int, default=0)
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--impls", default="cudnn,fa2,flash4",
-                    help="comma-separated, timed in this (rotated) order: flash4, flash4_deterministic, fa4, "
+                    help="comma-separated, timed in this (rotated) order: flash4, flash4_deterministic, "
+                         "flash4_vpad (forward: v zero-padded to q's width), fa4, "
                          "cudnn, fa2; the optional packages (flash4, fa4) are left out with a note when they do "
                          "not import")
     # subtract: median(forward + autograd.grad) - median(forward) (noisy below 2k: two medians);
@@ -109,6 +113,8 @@ def parse_args(argv=None):
     for s in args.seqlens:
         if s <= 0 or 16384 % s:
             ap.error(f"--seqlens: expected lengths that divide 16384 (batch * seqlen = 16k tokens), got {s}")
+    if args.dv < 0 or args.dv > 256 or args.dv % 8:
+        ap.error(f"--dv: expected 0 (v as wide as q) or a multiple of 8 in [8, 256], got {args.dv}")
     if args.iters < 1 or args.rounds < 1:
         ap.error(f"--iters and --rounds: expected >= 1, got {args.iters} and {args.rounds}")
     return args
@@ -130,15 +136,16 @@ def main():
         for s in args.seqlens:
             for causal in (False, True):
                 b, h = 16384 // s, heads_for(d)
-                set_bytes = 4 * b * s * h * d * 2
+                dv = args.dv or d
+                set_bytes = 2 * b * s * h * (d + dv) * 2
                 sets = max(1, (200 << 20) // set_bytes + 1)
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 inputs = []
                 for _ in range(sets):
-                    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen,
-                                           requires_grad=args.backward) for _ in range(3))
-                    inputs.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)))
-                flops = 4.0 * b * h * s * s * d / (2 if causal else 1) * (2.5 if args.backward else 1)
+                    q, k, v = (torch.randn(b, s, h, w, device="cuda", dtype=torch.bfloat16, generator=gen,
+                                           requires_grad=args.backward) for w in (d, d, dv))
+                    inputs.append((q, k, v, torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16, generator=gen)))
+                flops = 2.0 * b * h * s * s * (d + dv) / (2 if causal else 1) * (2.5 if args.backward else 1)
 
                 def measure(impl):
                     """(median ms, single-call ms or None) of this shape's pass."""
@@ -198,6 +205,8 @@ def main():
                             errors[impl] = f"{type(e).__name__}: {str(e)[:200]}"
                 for impl in impls:
                     rec = dict(impl=impl, b=b, s=s, h=h, d=d, causal=causal)
+                    if dv != d:
+                        rec["dv"] = dv
                     if impl == "fa4":
                         rec["version"] = versions.get("flash_attn_4")
                     if impl in errors:

@@ -37,6 +37,22 @@ TEST(FwdConfig, EveryTableEntryFitsTheHardware) {
   }
 }
 
+// (192, 128) has a kernel of its own: its tile fits the registers (O at v's width) and shared memory (V tiles at
+// v's width); other pairs run on the q / k width's kernel with v zero-padded.
+TEST(FwdConfig, SplitKernelFitsTheHardware) {
+  EXPECT_TRUE(fwd_has_split_kernel(192, 128));
+  EXPECT_FALSE(fwd_has_split_kernel(192, 192));
+  EXPECT_FALSE(fwd_has_split_kernel(128, 64));
+  const FwdTileConfig c = fwd_split_tile_config(192, 128);
+  EXPECT_LE(128 / 2 + c.block_n / 2 + c.block_n / 4, 240 - 48);
+  EXPECT_LE(c.block_m * 192 * 2 + c.stages * c.block_n * (192 + 128) * 2 + 1024 + 512, kSmemLimit);
+  const FwdLaunchConfig split = fwd_launch_config(192, 128, true, 4096);
+  EXPECT_EQ(split.tile.block_n, c.block_n);
+  EXPECT_FALSE(split.short_tile);
+  EXPECT_EQ(split.persistent, fwd_launch_persistent(192, true, 4096));
+  EXPECT_EQ(fwd_launch_config(128, 128, false, 4096).tile.block_n, fwd_launch_config(128, false, 4096).tile.block_n);
+}
+
 // d = 96 keeps whole 64-column swizzle chunks in shared memory: its tiles cost what d = 128's do.
 TEST(FwdConfig, HeadDim96IsStoredAsTwoChunks) {
   EXPECT_EQ(fwd_smem_head_dim(96), 128);

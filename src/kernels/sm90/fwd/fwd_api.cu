@@ -27,6 +27,8 @@ namespace flash4::sm90 {
 // Defined in fwd_launch.cuh and instantiated in the generated translation units.
 template <class Element, int kHeadDim, bool kMasked>
 void launch_forward(const FwdParams& params, const FwdLaunchConfig& launch, cudaStream_t stream);
+template <class Element, int kHeadDim, int kHeadDimV, bool kMasked>
+void launch_forward_split(const FwdParams& params, const FwdLaunchConfig& launch, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -55,14 +57,27 @@ std::string compiled_head_dims(DType dtype) {
   return out.empty() ? "none" : out;
 }
 
-// Launches the compiled forward kernel of (dtype, kernel head dim, mask) with these parameters.
+// The v / out width of the kernel that runs head dims (d, dv): the split kernel's own (fwd_has_split_kernel),
+// else the q / k kernel width (v zero-padded to it).
+int kernel_head_dim_v(int64_t d, int64_t dv) {
+  const int width = sm90::fwd_kernel_head_dim(d, dv);
+  return sm90::fwd_has_split_kernel(width, static_cast<int>(dv)) ? static_cast<int>(dv) : width;
+}
+
+// Launches the compiled forward kernel of (dtype, kernel head dims, mask) with these parameters.
 void launch_compiled_forward(const sm90::FwdParams& params, const sm90::FwdLaunchConfig& launch, DType dtype,
-                             int width, bool masked, cudaStream_t s) {
-#define FLASH4_LAUNCH_FWD(T, D, M)                                                                    \
-  if (std::is_same_v<T, __nv_bfloat16> == (dtype == DType::kBFloat16) && width == D && masked == M) \
+                             int width, int width_v, bool masked, cudaStream_t s) {
+  const bool bf16 = dtype == DType::kBFloat16;
+#define FLASH4_LAUNCH_FWD(T, D, M)                                                           \
+  if (std::is_same_v<T, __nv_bfloat16> == bf16 && width == D && width_v == D && masked == M) \
     return sm90::launch_forward<T, D, M>(params, launch, s);
   FLASH4_FWD_CONFIGS(FLASH4_LAUNCH_FWD)
 #undef FLASH4_LAUNCH_FWD
+#define FLASH4_LAUNCH_FWD_SPLIT(T, D, DV, M)                                                  \
+  if (std::is_same_v<T, __nv_bfloat16> == bf16 && width == D && width_v == DV && masked == M) \
+    return sm90::launch_forward_split<T, D, DV, M>(params, launch, s);
+  FLASH4_FWD_SPLIT_CONFIGS(FLASH4_LAUNCH_FWD_SPLIT)
+#undef FLASH4_LAUNCH_FWD_SPLIT
   throw Error(Status::kNotSupported, "flash4: no compiled GPU forward kernel for this configuration");
 }
 
@@ -134,9 +149,10 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
 }
 
 sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p) {
-  // The configuration of the kernel that runs the problem (head dim 96 runs zero-padded on the 128 kernel:
-  // head_dims.h).
-  return sm90::fwd_launch_config(sm90::fwd_kernel_head_dim(p.head_dim, p.head_dim_v), p.has_mask(),
+  // The configuration of the kernel that runs the problem (head dims without a kernel of their own run
+  // zero-padded on the next wider one: head_dims.h).
+  return sm90::fwd_launch_config(sm90::fwd_kernel_head_dim(p.head_dim, p.head_dim_v),
+                                 kernel_head_dim_v(p.head_dim, p.head_dim_v), p.has_mask(),
                                  static_cast<int>(p.seqlen_q));
 }
 
@@ -196,8 +212,8 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   const FwdParams params = make_fwd_params(args, p, launch.tile);
-  // head_dims.h: 96 runs on 128
-  launch_compiled_forward(params, launch, q.dtype, fwd_kernel_head_dim(p.head_dim, p.head_dim_v), masked, s);
+  launch_compiled_forward(params, launch, q.dtype, fwd_kernel_head_dim(p.head_dim, p.head_dim_v),
+                          kernel_head_dim_v(p.head_dim, p.head_dim_v), masked, s);
 }
 
 namespace {
@@ -265,7 +281,8 @@ void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const
   params.kv_rows_per_load = rows;
   params.kv = kv;
   params.clear_key_tail = true;  // a cache's rows past a sequence's length hold anything
-  launch_compiled_forward(params, launch, q.dtype, static_cast<int>(p.head_dim), p.has_mask(), s);
+  launch_compiled_forward(params, launch, q.dtype, static_cast<int>(p.head_dim), static_cast<int>(p.head_dim),
+                          p.has_mask(), s);
 }
 
 }  // namespace flash4::detail

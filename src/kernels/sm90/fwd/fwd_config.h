@@ -52,6 +52,16 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool masked) {
   return {128, 64, 2, 0, true, false};
 }
 
+// v / out narrower than q / k: (192, 128), DeepSeek's multi-head latent attention, has a kernel of its own
+// (FwdSplitTableConfig): O takes 64 registers instead of 96, so S of 128 keys (64) and P (32) fit beside the next
+// S in flight, and V's tiles are 128 columns: Q 48 KB + 2 x (48 + 32) KB = 208 KB.
+constexpr bool fwd_has_split_kernel(int head_dim, int head_dim_v) { return head_dim == 192 && head_dim_v == 128; }
+constexpr FwdTileConfig fwd_split_tile_config(int head_dim, int head_dim_v) {
+  (void)head_dim;
+  (void)head_dim_v;
+  return {128, 128, 2, 0, true, false};
+}
+
 // Short masked problems at d = 64 (seqlen_q <= 2048): the 192-row tile wastes more of the short diagonal tiles
 // than its third consumer gains, so two consumers on 128 x 128 run instead (a second compiled kernel).
 constexpr bool fwd_has_short_config(int head_dim, bool masked) { return head_dim <= 64 && masked; }
@@ -91,6 +101,11 @@ constexpr FwdLaunchConfig fwd_launch_config(int head_dim, bool masked, int seqle
   const bool short_tile = fwd_use_short_config(head_dim, masked, seqlen_q);
   return {short_tile ? fwd_short_tile_config(head_dim) : fwd_tile_config(head_dim, masked), short_tile,
           fwd_launch_persistent(head_dim, masked, seqlen_q)};
+}
+// The same for kernel head dims (head_dim, head_dim_v): the split kernel's tile where there is one.
+constexpr FwdLaunchConfig fwd_launch_config(int head_dim, int head_dim_v, bool masked, int seqlen_q) {
+  if (!fwd_has_split_kernel(head_dim, head_dim_v)) return fwd_launch_config(head_dim, masked, seqlen_q);
+  return {fwd_split_tile_config(head_dim, head_dim_v), false, fwd_launch_persistent(head_dim, masked, seqlen_q)};
 }
 
 // Consumer warpgroups (64 query rows each) and threads (+ one producer warpgroup) of a configuration.

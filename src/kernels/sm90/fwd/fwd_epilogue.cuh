@@ -16,7 +16,7 @@ template <class Traits>
 struct FwdEpilogue {
   using OutElement = typename Traits::OutElement;
   using Softmax = typename Traits::Softmax;
-  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;  // O's columns
 
   // The row sums' reciprocals and the LSE of the thread's two rows, once a tile's softmax is complete. A
   // learnable sink joins each row's denominator as one more logit without a value; the common max keeps both
@@ -56,7 +56,7 @@ struct FwdEpilogue {
   // O = acc_o * inv of the thread's two rows (row0, row0 + 8 of the sequence; rows past seqlen_q are not
   // stored), converted, and their LSE, to global memory. `q_offset`: the sequence's first row in a packed tensor.
   static __device__ __forceinline__ void store_rows(const FwdParams& p, int head, int batch, int64_t q_offset,
-                                                    int seqlen_q, const float (&acc_o)[kHeadDim / 2],
+                                                    int seqlen_q, const float (&acc_o)[kHeadDimV / 2],
                                                     const float (&inv)[2], const float (&lse)[2], int row0, int lane) {
     // Thread (lane) holds columns 8c + 2 (lane % 4) + {0, 1} of its two rows: a quad writes 16 contiguous bytes
     // per store, and the stores for c and c + 1 complete each 32-byte sector in L2.
@@ -69,7 +69,7 @@ struct FwdEpilogue {
       if (row >= seqlen_q) continue;
       OutElement* out_row = out_bh + static_cast<int64_t>(row) * p.out_stride_s + 2 * (lane % 4);
 #pragma unroll
-      for (int c = 0; c < kHeadDim / 8; ++c) {
+      for (int c = 0; c < kHeadDimV / 8; ++c) {
         // Columns past out's true width (a zero-padded head dim, head_dims.h) are zeros and belong to no tensor.
         // The width is a multiple of 8, so each 8-column block is stored whole or not at all.
         // (A predicate, not a break, so that the loop stays unrolled and acc_o in registers.)

@@ -50,6 +50,13 @@ void launch_forward(const FwdParams& params, const FwdLaunchConfig& launch, cuda
                                                                                          stream);
 }
 
+// The kernel of a v / out head dim narrower than q / k's (fwd_has_split_kernel): its own tile, no short tile.
+template <class Element, int kHeadDim, int kHeadDimV, bool kMasked>
+void launch_forward_split(const FwdParams& params, const FwdLaunchConfig& launch, cudaStream_t stream) {
+  launch_forward_kernel<Element, kHeadDim, kMasked, FwdSplitTableConfig<kHeadDim, kHeadDimV, kMasked>>(
+      params, launch.persistent, stream);
+}
+
 // The FP8 (e4m3) kernel of one (head dim, masked): its own tile table (fwd_fp8_tile_config), no short tile.
 template <int kHeadDim, bool kMasked>
 void launch_forward_fp8(const FwdParams& params, bool persistent, cudaStream_t stream) {

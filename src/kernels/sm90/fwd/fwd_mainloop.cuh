@@ -34,6 +34,7 @@ struct FwdMainloop {
   using Epilogue = FwdEpilogue<Traits>;
   using PFrag = typename Mma::PFrag;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;
   static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kConsumers = Traits::kConsumers;
   static constexpr int kWgRows = Traits::kWgRows;
   static constexpr bool kMasked = Traits::kMasked, kDoubleP = Traits::kDoubleP;
@@ -99,7 +100,7 @@ struct FwdMainloop {
   static __device__ __forceinline__ void overlap_step(SharedStorage& s, int wg, int qb, const Ring& st,
                                                       const Ring& st_pv, bool last_s, const PFrag& pending,
                                                       PFrag& next, float (&acc_s)[kBlockN / 2],
-                                                      float (&acc_o)[kHeadDim / 2], const float (&factor)[2],
+                                                      float (&acc_o)[kHeadDimV / 2], const float (&factor)[2],
                                                       SoftmaxTile&& softmax_tile, TurnsT& turns, int lane) {
     mbarrier::wait(&s.k_full[st.stage], st.phase);
     mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
@@ -126,7 +127,7 @@ struct FwdMainloop {
   // Last P V: O += P V(st_pv) alone.
   template <class TurnsT>
   static __device__ __forceinline__ void last_pv(SharedStorage& s, const Ring& st_pv, const PFrag& pending,
-                                                 float (&acc_o)[kHeadDim / 2], TurnsT& turns, int lane) {
+                                                 float (&acc_o)[kHeadDimV / 2], TurnsT& turns, int lane) {
     mbarrier::wait(&s.v_full[st_pv.stage], st_pv.phase);
     turns.begin();
     wgmma::fence();
@@ -149,7 +150,7 @@ struct FwdMainloop {
     const int unit = threadIdx.x % 8;  // 16-byte unit of a 128-byte chunk row; 16 rows per pass
     for (int row = max(valid_rows, 0) + static_cast<int>(threadIdx.x % 128) / 8; row < kBlockN; row += 16) {
 #pragma unroll
-      for (int c = 0; c < Traits::kChunks; ++c)
+      for (int c = 0; c < Traits::kChunksV; ++c)
         reinterpret_cast<uint4*>(&s.v[st.stage][c][row][0])[unit] = make_uint4(0u, 0u, 0u, 0u);
     }
     fence_async_shared();
@@ -227,7 +228,7 @@ struct FwdMainloop {
     const int num_tiles = keys.count();
     Turns turns(wg, Traits::kIntraWgOverlap ? num_tiles + 1 : num_tiles);  // matmul issue rounds
     Softmax softmax = Softmax::for_rows(row0, mask.seqlen_q);
-    float acc_o[kHeadDim / 2];
+    float acc_o[kHeadDimV / 2];
     Mma::zero_o(acc_o);
     float acc_s[kBlockN / 2];
     PFrag p_frag;

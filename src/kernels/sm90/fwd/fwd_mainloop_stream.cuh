@@ -20,6 +20,7 @@ struct FwdStreamMainloop {
   using PFrag = typename Loop::PFrag;
   using Ring = typename Loop::Ring;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;
   static constexpr int kWgRows = Traits::kWgRows;
   static_assert(Traits::kDoubleP && !Traits::kPingPong, "the stream alternates two P buffers and takes no turns");
   static_assert(!Traits::kFp8, "one score transform for every tile: no descale factors");
@@ -63,7 +64,7 @@ struct FwdStreamMainloop {
     };
 
     Softmax softmax;
-    float acc_o[kHeadDim / 2];
+    float acc_o[kHeadDimV / 2];
     float acc_s[kBlockN / 2];
     PFrag p_frag, p_frag2;
     bool in_second = false;  // the pending P (whose P V is not issued yet) is in p_frag2
@@ -79,7 +80,7 @@ struct FwdStreamMainloop {
       Loop::clear_first_v_tail(p, s, st, wg, c.keys.n_max, Traits::sequence_mask(p, c.batch).seqlen_k);
     };
 
-    auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDim / 2], const float(&inv)[2], const float(&lse)[2]) {
+    auto store = [&](const ConsumerTile& c, const float(&o)[kHeadDimV / 2], const float(&inv)[2], const float(&lse)[2]) {
       const detail::SequenceInfo si = p.seq.info(c.batch);
       Epilogue::store_rows(p, c.head, c.batch, si.q_offset, static_cast<int>(si.seqlen_q), o, inv, lse, c.row0, lane);
     };

@@ -18,6 +18,7 @@ struct FwdMma {
   using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;  // O's and V's columns
   static constexpr int kWgRows = Traits::kWgRows, kKStep = Traits::kKStep;
   static constexpr bool kFp8 = Traits::kFp8;
   using PFrag = uint32_t[kBlockN / kKStep][4];  // P as wgmma A fragments, registers, one row of 4 per k-step
@@ -54,27 +55,27 @@ struct FwdMma {
     }
   }
 
-  // O (64 x kHeadDim, registers) += P (64 x kBlockN, registers) x V(stage) (kBlockN x kHeadDim, MN-major).
+  // O (64 x kHeadDimV, registers) += P (64 x kBlockN, registers) x V(stage) (kBlockN x kHeadDimV, MN-major).
   // FP8: O += P V with V^T(stage) (kHeadDim rows of 128 keys per chunk) as the K-major B; a k-step of 32 keys
   // is 32 bytes of each row.
   static __device__ __forceinline__ void issue_pv(SharedStorage& s, int stage, const PFrag& p_frag,
-                                                  float (&acc_o)[kHeadDim / 2]) {
+                                                  float (&acc_o)[kHeadDimV / 2]) {
     if constexpr (kFp8) {
 #pragma unroll
       for (int ks = 0; ks < kBlockN / kKStep; ++ks) {
         const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[stage][ks / 4][0][(ks % 4) * kKStep], 16, 1024);
-        wgmma::mma_rs_e4m3<kHeadDim>(acc_o, p_frag[ks], desc_v, true);
+        wgmma::mma_rs_e4m3<kHeadDimV>(acc_o, p_frag[ks], desc_v, true);
       }
     } else if constexpr (Traits::kKStepsFromBase) {
       const uint64_t v_base = wgmma::make_desc_sw128(&s.v[stage][0][0][0], kBlockN * 128, 1024);
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks)  // a k-step is 16 rows of 128 bytes
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], wgmma::desc_advance_lo(v_base, ks * 16 * 128), true);
+        wgmma::mma_rs<kHeadDimV, 1, Element>(acc_o, p_frag[ks], wgmma::desc_advance_lo(v_base, ks * 16 * 128), true);
     } else {
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
         const uint64_t desc_v = wgmma::make_desc_sw128(&s.v[stage][0][ks * 16][0], kBlockN * 128, 1024);
-        wgmma::mma_rs<kHeadDim, 1, Element>(acc_o, p_frag[ks], desc_v, true);
+        wgmma::mma_rs<kHeadDimV, 1, Element>(acc_o, p_frag[ks], desc_v, true);
       }
     }
   }
@@ -110,14 +111,14 @@ struct FwdMma {
     return lo | (hi << 16);
   }
 
-  static __device__ __forceinline__ void rescale_o(float (&acc_o)[kHeadDim / 2], const float (&factor)[2]) {
+  static __device__ __forceinline__ void rescale_o(float (&acc_o)[kHeadDimV / 2], const float (&factor)[2]) {
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
+    for (int i = 0; i < kHeadDimV / 2; ++i) acc_o[i] *= factor[(i / 2) % 2];
   }
 
-  static __device__ __forceinline__ void zero_o(float (&acc_o)[kHeadDim / 2]) {
+  static __device__ __forceinline__ void zero_o(float (&acc_o)[kHeadDimV / 2]) {
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+    for (int i = 0; i < kHeadDimV / 2; ++i) acc_o[i] = 0.0f;
   }
 };
 

@@ -44,7 +44,8 @@ struct FwdProducer {
   // its keys lie in (a page holds whole tiles: fwd_kvcache.h). Keys past the cache's capacity come from rows the
   // map zero-fills or from a clamped page; they lie past the entry's keys, where the consumers mask S and zero V
   // (FwdMainloop::clear_v_tail).
-  template <class Tile>
+  // kNumChunks: the row's 128-byte chunks (K: Traits::kChunks, V: Traits::kChunksV).
+  template <int kNumChunks, class Tile>
   static __device__ __forceinline__ void load_keys(const FwdParams& p, const CUtensorMap* map, Tile& dst, int row0,
                                                    int head_kv, int batch, uint64_t* full) {
     int row = row0, slot = batch;
@@ -54,7 +55,7 @@ struct FwdProducer {
       slot = at.y;
     }
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) tma::load_4d(&dst[c][0][0], map, c * kChunkCols, row, head_kv, slot, full);
+    for (int c = 0; c < kNumChunks; ++c) tma::load_4d(&dst[c][0][0], map, c * kChunkCols, row, head_kv, slot, full);
   }
   // FP8: the V^T tile of keys row0 .. row0 + kBlockN - 1, one box of 128 keys by d rows per chunk from the
   // transposed copy (b, hkv, d, keys) (fwd_fp8.cu).
@@ -110,12 +111,12 @@ struct FwdProducer {
       const int batch = p.seq.cu_seqlens_k != nullptr ? 0 : tile.batch;  // packed: one batch entry
       for (int n = keys.n_max; n >= keys.n_min; --n) {
         mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
-        mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKVTileBytes);
-        load_keys(p, &p.tma_k, s.k[st.stage], key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
+        mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKTileBytes);
+        load_keys<kChunks>(p, &p.tma_k, s.k[st.stage], key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
         mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
-        mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kKVTileBytes);
+        mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kVTileBytes);
         if constexpr (Traits::kFp8) load_vt(p, s.v[st.stage], n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
-        else load_keys(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+        else load_keys<Traits::kChunksV>(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
         st.advance();
         if (kQBuffers == 2 && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S

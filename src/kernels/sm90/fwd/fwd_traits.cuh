@@ -23,6 +23,24 @@ struct FwdTableConfig {
       kShortTile ? fwd_short_tile_config(kHeadDim) : fwd_tile_config(kHeadDim, kMasked);
 };
 
+// The configuration of a kernel whose v / out head dim is narrower than q / k's (DeepSeek's MLA, (192, 128)):
+// O, V and P V are kHeadDimV wide (fwd_split_tile_config).
+template <int kHeadDim, int kHeadDimV_, bool kMasked>
+struct FwdSplitTableConfig {
+  static constexpr FwdTileConfig tile = fwd_split_tile_config(kHeadDim, kHeadDimV_);
+  static constexpr int head_dim_v = kHeadDimV_;
+};
+
+// A configuration's v / out head dim: its head_dim_v where it names one, else q / k's.
+template <class Config, int kHeadDim, class = void>
+struct ConfigHeadDimV {
+  static constexpr int value = kHeadDim;
+};
+template <class Config, int kHeadDim>
+struct ConfigHeadDimV<Config, kHeadDim, std::void_t<decltype(Config::head_dim_v)>> {
+  static constexpr int value = Config::head_dim_v;
+};
+
 // The FP8 kernels' configuration (e4m3 q, k and a transposed v: fwd_fp8.cu): whole 128-key tiles, whose V^T rows
 // are one 128-byte swizzle chunk each.
 template <int kHeadDim>
@@ -40,7 +58,10 @@ struct FwdTraits {
   static constexpr int kElementBytes = static_cast<int>(sizeof(Element));
   static constexpr int kChunkCols = 128 / kElementBytes;  // elements per 128-byte swizzle chunk row
   static constexpr int kKStep = 32 / kElementBytes;       // wgmma K: 32 bytes of each operand row
-  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDim = kHeadDim_;                                  // q's and k's columns
+  static constexpr int kHeadDimV = ConfigHeadDimV<Config, kHeadDim_>::value;  // v's and out's columns
+  static_assert(kHeadDimV == kHeadDim || (!kFp8 && kHeadDimV < kHeadDim && kHeadDimV % 64 == 0),
+                "a narrower v fills whole 128-byte chunks (16-bit)");
   static constexpr bool kMasked = kMasked_;
   static constexpr FwdTileConfig kCfg = Config::tile;
   static constexpr int kBlockM = kCfg.block_m;
@@ -56,6 +77,7 @@ struct FwdTraits {
   static constexpr int kQBuffers = fwd_q_buffers(kCfg, kHeadDim);
   // 128-byte swizzle chunks per Q / K row; at d = 96 the second is half used (fwd_smem_head_dim).
   static constexpr int kChunks = (kHeadDim + kChunkCols - 1) / kChunkCols;
+  static constexpr int kChunksV = (kHeadDimV + kChunkCols - 1) / kChunkCols;  // the same per V row
   static constexpr int kWgRows = 64;             // query rows per consumer warpgroup
   static constexpr int kConsumers = fwd_consumer_warpgroups(kCfg);
   static constexpr int kThreads = fwd_threads(kCfg);
@@ -69,14 +91,14 @@ struct FwdTraits {
   static_assert(!kFp8 || (kBlockN % 128 == 0 && !kCrossTile), "FP8: V^T rows are whole 128-key chunks");
   // V's tile in shared memory: (block_n, d) in 64-column chunks (MN-major B of P V), or for FP8 V^T, (d, block_n)
   // in 128-key chunks (K-major B).
-  static constexpr int kVChunks = kFp8 ? kBlockN / 128 : kChunks;
+  static constexpr int kVChunks = kFp8 ? kBlockN / 128 : kChunksV;
   static constexpr int kVRows = kFp8 ? kHeadDim : kBlockN;
   static constexpr int kVCols = kFp8 ? 128 : 64;
 
   // Registers per thread after setmaxnreg (64K per SM). Two consumers: 232 each, 40 for the producer's tile
   // bookkeeping, unless the accumulators are large (d = 256: O alone is 128 registers; block_n > 128): then 240
   // and 24. Three consumers (block_m 192): 160 each, the producer 32.
-  static constexpr bool kLargeAccumulators = kHeadDim > 128 || kBlockN > 128;
+  static constexpr bool kLargeAccumulators = kHeadDimV > 128 || kBlockN > 128;
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kLargeAccumulators ? 24 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kLargeAccumulators ? 240 : 232;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536);
@@ -88,7 +110,8 @@ struct FwdTraits {
   using Softmax = FwdSoftmax<kBlockN>;
   // Bytes TMA writes per tile: whole chunks, the columns past the tensor's width zero-filled.
   static constexpr uint32_t kQBytes = kBlockM * kChunks * kChunkCols * kElementBytes;
-  static constexpr uint32_t kKVTileBytes = kBlockN * kChunks * kChunkCols * kElementBytes;
+  static constexpr uint32_t kKTileBytes = kBlockN * kChunks * kChunkCols * kElementBytes;
+  static constexpr uint32_t kVTileBytes = kFp8 ? kKTileBytes : kBlockN * kChunksV * kChunkCols * kElementBytes;
 
   struct SharedStorage {
     alignas(1024) Element q[kQBuffers][kChunks][kBlockM][kChunkCols];  // (block_m, d), 128B swizzle, K-major A of Q K^T
