@@ -30,8 +30,9 @@ inline constexpr int64_t kBwdKernelHeadDims[] = {64, 96, 128, 192, 256};
 // zero-padded on the next wider one (tests/gpu/test_padded_head_dims.cu, test_any_head_dims.cu).
 inline constexpr const char* kGpuHeadDimsText = "multiples of 8 from 8 to 256";
 
-// (q/k head dim, v/out head dim) pairs the GPU takes where the two differ: DeepSeek's MLA (192, 128) and
-// (128, 64), both on the kernel of the q/k width with v's panels zero-padded.
+// (q/k head dim, v/out head dim) pairs the GPU takes where the two differ: DeepSeek's MLA (192, 128), which the
+// forward runs on a kernel of its own (fwd_has_split_kernel) and the backward on the 192 kernel with v's panels
+// zero-padded, and (128, 64), on the 128 kernels with v's panels zero-padded.
 struct SplitHeadDims {
   int64_t head_dim, head_dim_v;
 };
@@ -63,7 +64,7 @@ constexpr int kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kK
 constexpr int bwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kBwdKernelHeadDims, d, dv); }
 
 // The same for the forward, which has 96 and 192 kernels: 72 .. 96, 192 and (192, 128) run unpadded or on fewer
-// padded columns.
+// padded columns ((192, 128) on its own kernel of this q / k width: fwd_api.cu, kernel_head_dim_v).
 constexpr int fwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kFwdKernelHeadDims, d, dv); }
 
 // Whether (d, dv) has no kernel of exactly its width among kKernelHeadDims (narrower than the width, v narrower
