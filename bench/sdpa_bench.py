@@ -144,7 +144,8 @@ def main():
                 for _ in range(sets):
                     q, k, v = (torch.randn(b, s, h, w, device="cuda", dtype=torch.bfloat16, generator=gen,
                                            requires_grad=args.backward) for w in (d, d, dv))
-                    inputs.append((q, k, v, torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16, generator=gen)))
+                    dout = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16, generator=gen)
+                    inputs.append((q, k, v, dout))
                 flops = 2.0 * b * h * s * s * (d + dv) / (2 if causal else 1) * (2.5 if args.backward else 1)
 
                 def measure(impl):

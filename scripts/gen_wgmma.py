@@ -9,8 +9,8 @@ unreadable by hand; this script writes them once. Re-run after changing SHAPES o
 import sys
 
 # (form, N): SS = A and B from shared memory, RS = A from registers. f32 accumulators, 16-bit inputs.
-SHAPES = [("SS", 64), ("SS", 80), ("SS", 96), ("SS", 112), ("SS", 128), ("SS", 176), ("RS", 64), ("RS", 96), ("RS", 128), ("RS", 192),
-          ("RS", 256)]
+SHAPES = [("SS", 64), ("SS", 80), ("SS", 96), ("SS", 112), ("SS", 128), ("SS", 176),
+          ("RS", 64), ("RS", 96), ("RS", 128), ("RS", 192), ("RS", 256)]
 DTYPES = [("bf16", "__nv_bfloat16"), ("f16", "__half")]
 # FP8 (e4m3 x e4m3, k32): both operands K-major, so there is no transpose operand.
 FP8_SHAPES = [("SS", 128), ("RS", 128), ("RS", 256)]

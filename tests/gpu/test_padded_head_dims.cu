@@ -1,6 +1,7 @@
 // Head dims 96 and 192 and split head dims ((192, 128), (128, 64)) on the GPU, forward and backward, against the
-// fp64 reference. The splits run zero-padded on the 128 and 192 kernels, 96 and 192 on their own (the 96 kernels
-// with half of their second panel zero-filled; src/kernels/sm90/head_dims.h): the TMA maps keep the true widths, so these tests also check that nothing is
+// fp64 reference. 96 and 192 run on their own kernels (the 96 ones with half of their second panel zero-filled),
+// the (192, 128) forward on its own kernel, the other splits zero-padded on the 128 and 192 kernels
+// (src/kernels/sm90/head_dims.h): the TMA maps keep the true widths, so these tests also check that nothing is
 // read or written past a row: the strided cases keep 8 elements of NaN-poisoned padding after every row, which
 // must stay untouched.
 #include <cuda_runtime.h>

@@ -116,7 +116,9 @@ struct FwdProducer {
         mbarrier::wait(&s.v_empty[st.stage], st.phase ^ 1u);
         mbarrier::arrive_expect_tx(&s.v_full[st.stage], Traits::kVTileBytes);
         if constexpr (Traits::kFp8) load_vt(p, s.v[st.stage], n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
-        else load_keys<Traits::kChunksV>(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch, &s.v_full[st.stage]);
+        else
+          load_keys<Traits::kChunksV>(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch,
+                                      &s.v_full[st.stage]);
         st.advance();
         if (kQBuffers == 2 && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S
