@@ -3,11 +3,7 @@
 # the compiled set for decode_api.cu's dispatch. Included by kernels.cmake (appends to FLASH4_CUDA_SOURCES).
 set(FLASH4_DECODE_CONFIGS "")
 foreach(dtype IN LISTS FLASH4_DTYPES)
-  if(dtype STREQUAL "bf16")
-    set(ctype "__nv_bfloat16")
-  else()
-    set(ctype "__half")
-  endif()
+  flash4_element_type(${dtype} ctype)
   foreach(hdim IN LISTS FLASH4_HEAD_DIMS)
     set(tu ${FLASH4_GENERATED_DIR}/decode_${dtype}_hd${hdim}.cu)
     file(CONFIGURE OUTPUT ${tu} CONTENT
