@@ -3,8 +3,8 @@
 Every implementation is a function fwd(q, k, v, causal) -> out on (batch, seqlen, heads, head_dim) tensors, with
 autograd for the backward:
   flash4, flash4_deterministic   the flash4 package (python/flash4)
-  flash4_vpad                    flash4 with v zero-padded to q's head dim (forward only): the kernel a split
-                                 head dim (sdpa_bench.py --dv) runs on without a kernel of its own
+  flash4_vpad                    flash4 with v zero-padded to q's head dim: the kernel a split head dim
+                                 (sdpa_bench.py --dv) runs on without a kernel of its own
   fa4                            FlashAttention-4's CuTe-DSL kernels (the `flash_attn.cute` module of the
                                  flash-attn-4 package; on the H200 its SM90 forward and backward)
   cudnn, fa2                     PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends
@@ -74,11 +74,13 @@ def load_impls(names, log):
             def flash4_vpad(q, k, v, causal):
                 # A v narrower than q run at q's width (the kernel a split head dim has without its own), the
                 # output's padded columns dropped: the baseline of the split kernels.
-                if v.requires_grad:
-                    raise ValueError("flash4_vpad times the forward only")
+                width = q.shape[-1] - v.shape[-1]
+                if v.requires_grad:  # backward timings: the pad in the graph (its copies are < 1 % of the call)
+                    padded = torch.nn.functional.pad(v, (0, width))
+                    return flash4.flash_attn_func(q, k, padded, causal=causal)[..., :v.shape[-1]]
                 key = (v.data_ptr(), v.shape)
                 if key not in padded_v:
-                    padded_v[key] = torch.nn.functional.pad(v.detach(), (0, q.shape[-1] - v.shape[-1]))
+                    padded_v[key] = torch.nn.functional.pad(v.detach(), (0, width))
                 return flash4.flash_attn_func(q, k, padded_v[key], causal=causal)[..., :v.shape[-1]]
             fns["flash4_vpad"] = flash4_vpad
         except Exception as e:  # optional: the SDPA backends are still worth timing

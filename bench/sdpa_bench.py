@@ -86,7 +86,7 @@ def build_parser():
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--impls", default="cudnn,fa2,flash4",
                     help="comma-separated, timed in this (rotated) order: flash4, flash4_deterministic, "
-                         "flash4_vpad (forward: v zero-padded to q's width), fa4, "
+                         "flash4_vpad (v zero-padded to q's width), fa4, "
                          "cudnn, fa2; the optional packages (flash4, fa4) are left out with a note when they do "
                          "not import")
     # subtract: median(forward + autograd.grad) - median(forward) (noisy below 2k: two medians);

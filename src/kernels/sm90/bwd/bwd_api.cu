@@ -67,6 +67,10 @@ template <class Element, int kHeadDim>
 void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 template <class Element, int kHeadDim>
 void launch_bwd_wgmma_packed(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
+template <class Element, int kHeadDim, int kHeadDimV>
+void launch_bwd_wgmma_split(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
+template <class Element, int kHeadDim, int kHeadDimV>
+void launch_bwd_wgmma_split_packed(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream);
 }  // namespace flash4::sm90
 
 namespace flash4::detail {
@@ -173,8 +177,20 @@ bool backward_packed_native(const BackwardArgs& args, const Problem& p) {
          p.heads > 0 && p.total_q > 0 && p.total_k > 0 && tma_describable(args);
 }
 
+// The v width of the wgmma kernel that runs (d, dv) at q / k width `width`: its own where a split kernel exists
+// (bwd_has_split_kernel), else `width` (v zero-padded).
+int bwd_kernel_head_dim_v(int width, int64_t dv) {
+  return sm90::bwd::bwd_has_split_kernel(width, static_cast<int>(dv)) ? static_cast<int>(dv) : width;
+}
+
 template <class Element>
-void launch_wgmma_packed(const sm90::bwd::BwdWgmmaParams& params, int head_dim, bool masked, cudaStream_t stream) {
+void launch_wgmma_packed(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int head_dim_v, bool masked,
+                         cudaStream_t stream) {
+#define FLASH4_LAUNCH_BWD_SPLIT(T, D, DV)                                  \
+  if (std::is_same_v<T, Element> && head_dim == D && head_dim_v == DV) \
+    return sm90::launch_bwd_wgmma_split_packed<T, D, DV>(params, masked, stream);
+  FLASH4_BWD_WGMMA_SPLIT_CONFIGS(FLASH4_LAUNCH_BWD_SPLIT)
+#undef FLASH4_LAUNCH_BWD_SPLIT
 #define FLASH4_LAUNCH_BWD(T, D) \
   if (std::is_same_v<T, Element> && head_dim == D) \
     return sm90::launch_bwd_wgmma_packed<T, D>(params, masked, stream);
@@ -185,7 +201,13 @@ void launch_wgmma_packed(const sm90::bwd::BwdWgmmaParams& params, int head_dim, 
 }
 
 template <class Element>
-void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, bool masked, cudaStream_t stream) {
+void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int head_dim_v, bool masked,
+                  cudaStream_t stream) {
+#define FLASH4_LAUNCH_BWD_SPLIT(T, D, DV)                                  \
+  if (std::is_same_v<T, Element> && head_dim == D && head_dim_v == DV) \
+    return sm90::launch_bwd_wgmma_split<T, D, DV>(params, masked, stream);
+  FLASH4_BWD_WGMMA_SPLIT_CONFIGS(FLASH4_LAUNCH_BWD_SPLIT)
+#undef FLASH4_LAUNCH_BWD_SPLIT
 #define FLASH4_LAUNCH_BWD(T, D) \
   if (std::is_same_v<T, Element> && head_dim == D) return sm90::launch_bwd_wgmma<T, D>(params, masked, stream);
   FLASH4_BWD_WGMMA_CONFIGS(FLASH4_LAUNCH_BWD)
@@ -262,8 +284,10 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
                     kMmaBlockM == MmaSyncTile<256>::kBlockM && kMmaBlockN == MmaSyncTile<256>::kBlockN,
                 "the mma.sync kernel has one tile shape for every head dim");
   const bool wgmma = sequences || use_wgmma_kernel(args, p);
-  // The compiled width that runs the problem: its own head dim, or zero-padded the next wider one (head_dims.h).
+  // The compiled width that runs the problem: its own head dim, or zero-padded the next wider one (head_dims.h);
+  // v's: its own where a split kernel exists ((192, 128)), else the same.
   const int width = sm90::bwd_kernel_head_dim(p.head_dim, p.head_dim_v);
+  const int width_v = bwd_kernel_head_dim_v(width, p.head_dim_v);
   // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
   using RolesTile = sm90::bwd::WgmmaTileRoles<256>;  // the role-split kernel's tile, d = 192 and 256
   const int block_m = !wgmma         ? kMmaBlockM
@@ -421,11 +445,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, block_n);
       wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, p.head_dim, 64);
       if (sequences) {
-        if (bf16) launch_wgmma_packed<__nv_bfloat16>(wp, width, p.has_mask(), s);
-        else launch_wgmma_packed<__half>(wp, width, p.has_mask(), s);
+        if (bf16) launch_wgmma_packed<__nv_bfloat16>(wp, width, width_v, p.has_mask(), s);
+        else launch_wgmma_packed<__half>(wp, width, width_v, p.has_mask(), s);
       } else {
-        if (bf16) launch_wgmma<__nv_bfloat16>(wp, width, p.has_mask(), s);
-        else launch_wgmma<__half>(wp, width, p.has_mask(), s);
+        if (bf16) launch_wgmma<__nv_bfloat16>(wp, width, width_v, p.has_mask(), s);
+        else launch_wgmma<__half>(wp, width, width_v, p.has_mask(), s);
       }
     } else if (sm90::padded_head_dims(p.head_dim, p.head_dim_v)) {
       // No mma.sync kernel for padded head dims (see the top of this file); cuda_can_backward refused the layouts

@@ -44,6 +44,10 @@ struct WgmmaTile {
 // for the dP warpgroup, one for the S warpgroup). Shared memory at d = 256: K, V 2 x 32 KB; Q, dO 2 stages x 2 x
 // 32 KB; dS 2 x 8 KB; P^T hand-off 16 KB: 224 KB (+ LSE, D, barriers, 1 KB alignment: exactly the 227 KB limit);
 // at d = 192 K, V 2 x 24 KB and Q, dO 3 stages x 2 x 24 KB: 224 KB as well.
+// (192, 128), DeepSeek's MLA, has role-split kernels of its own (BwdWgmmaRolesKernel's kHeadDimV = 128): V and dO
+// tiles of two chunks, dV in 64 registers; other pairs with a narrower v run it zero-padded to q / k's width.
+constexpr bool bwd_has_split_kernel(int head_dim, int head_dim_v) { return head_dim == 192 && head_dim_v == 128; }
+
 template <int kHeadDim_>
 struct WgmmaTileRoles {
   static constexpr int kHeadDim = kHeadDim_;

@@ -80,9 +80,10 @@ struct BwdWgmmaKernel {
   using Tile = WgmmaTile<kHeadDim>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
   static constexpr int kChunks = Tile::kChunks, kConsumers = Tile::kConsumers, kThreads = Tile::kThreads;
-  // Bytes TMA writes per tile: whole chunks (d = 96: the columns past it zero-filled).
-  static constexpr uint32_t kKVBytes = kBlockN * kChunks * 64 * 2;
-  static constexpr uint32_t kQBytes = kBlockM * kChunks * 64 * 2;
+  // Bytes TMA writes per tile: whole chunks (d = 96: the columns past it zero-filled). V and dO as wide as K, Q.
+  static constexpr int kChunksV = kChunks;
+  static constexpr uint32_t kKBytes = kBlockN * kChunks * 64 * 2, kVBytes = kKBytes;
+  static constexpr uint32_t kQBytes = kBlockM * kChunks * 64 * 2, kDoBytes = kQBytes;
   // Named barrier of both consumer warpgroups: "both halves of dS written".
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
   // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). At d = 64

@@ -32,6 +32,20 @@ void launch_bwd_wgmma(const bwd::BwdWgmmaParams& params, bool masked, cudaStream
   }
 }
 
+// The role-split kernels of a v narrower than q / k (bwd_has_split_kernel): (192, 128).
+template <class Element, int kHeadDim, int kHeadDimV>
+void launch_bwd_wgmma_split(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
+  bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaRolesKernel<Element, kHeadDim, true, false, kHeadDimV>,
+                               bwd::BwdWgmmaRolesKernel<Element, kHeadDim, false, false, kHeadDimV>>(params, masked,
+                                                                                                     stream);
+}
+template <class Element, int kHeadDim, int kHeadDimV>
+void launch_bwd_wgmma_split_packed(const bwd::BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
+  bwd::launch_bwd_wgmma_kernel<bwd::BwdWgmmaRolesKernel<Element, kHeadDim, true, true, kHeadDimV>,
+                               bwd::BwdWgmmaRolesKernel<Element, kHeadDim, false, true, kHeadDimV>>(params, masked,
+                                                                                                    stream);
+}
+
 // The same for a packed or seqused batch (BwdParams::seq; the grid sized by the longest entry): the kPacked
 // kernels. Instantiated in its own generated translation unit.
 template <class Element, int kHeadDim>

@@ -37,8 +37,9 @@ template <class Kernel, class Storage, class Entry>
 __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s, const Entry& e, int n_block,
                                              int hkv, int b, QRange range, PipelineState<Kernel::kStages>& ring,
                                              uint32_t& kv_loads) {
-  constexpr int kChunks = Kernel::kChunks, kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
-  constexpr uint32_t kKVBytes = Kernel::kKVBytes, kQBytes = Kernel::kQBytes;
+  // K, Q: kChunks 64-column chunks per row; V, dO: the first kChunksV of them (fewer where v is narrower).
+  constexpr int kChunks = Kernel::kChunks, kChunksV = Kernel::kChunksV;
+  constexpr int kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
   const BwdParams& p = P.p;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int iterations = p.group * range.m_count;
@@ -48,12 +49,12 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
     if constexpr (Kernel::kPersistent) {
       mbarrier::wait(&s.kv_empty, (kv_loads & 1u) ^ 1u);  // the previous item's K, V are no longer read
     }
-    mbarrier::arrive_expect_tx(&s.kv_full, 2 * kKVBytes);
+    mbarrier::arrive_expect_tx(&s.kv_full, Kernel::kKBytes + Kernel::kVBytes);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int key0 = e.k_offset + n_block * kBlockN, kb = e.packed_k ? 0 : b;
       tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, key0, hkv, kb, &s.kv_full);
-      tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, key0, hkv, kb, &s.kv_full);
+      if (c < kChunksV) tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, key0, hkv, kb, &s.kv_full);
     }
   };
   if (lane == 0 && kv_loads == 0) {
@@ -67,12 +68,13 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
     const int m0 = range.m_block(it % range.m_count) * kBlockM;
     mbarrier::wait(&s.empty[ring.stage], ring.phase ^ 1u);  // a fresh barrier counts as released
     if (lane == 0) {
-      mbarrier::arrive_expect_tx(&s.full[ring.stage], 2 * kQBytes);
+      mbarrier::arrive_expect_tx(&s.full[ring.stage], Kernel::kQBytes + Kernel::kDoBytes);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
         const int row = e.q_offset + m0, qb = e.packed_q ? 0 : b;
         tma::load_4d(&s.q[ring.stage][c][0][0], &P.tma_q, c * 64, row, h, qb, &s.full[ring.stage]);
-        tma::load_4d(&s.dout[ring.stage][c][0][0], &P.tma_do, c * 64, row, h, qb, &s.full[ring.stage]);
+        if (c < kChunksV)
+          tma::load_4d(&s.dout[ring.stage][c][0][0], &P.tma_do, c * 64, row, h, qb, &s.full[ring.stage]);
       }
     }
     const int64_t row0 = workspace_row0(p, e, b, h);

@@ -72,14 +72,19 @@ namespace flash4::sm90::bwd {
 
 // kPacked: a packed or seqused batch, each CTA in its own entry's lengths and band (bwd_schedule.h,
 // BwdSequence).
-template <class Element, int kHeadDim_, bool kMasked, bool kPacked = false>
+// kHeadDimV: v's, dO's and dV's columns, narrower than q / k's for (192, 128) (bwd_has_split_kernel): V and dO
+// tiles, dP^T's k-steps and dV's accumulator shrink with it; K, Q, dK and dQ keep kHeadDim.
+template <class Element, int kHeadDim_, bool kMasked, bool kPacked = false, int kHeadDimV_ = kHeadDim_>
 struct BwdWgmmaRolesKernel {
   using Tile = WgmmaTileRoles<kHeadDim_>;
   static constexpr int kHeadDim = Tile::kHeadDim, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static_assert(kHeadDimV % 64 == 0 && kHeadDimV <= kHeadDim, "v's columns: whole chunks, at most q / k's");
   static constexpr int kStages = Tile::kStages, kChunks = Tile::kChunks, kConsumers = Tile::kConsumers;
+  static constexpr int kChunksV = kHeadDimV / 64;
   static constexpr int kThreads = Tile::kThreads;
-  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * 2, kVBytes = kBlockN * kHeadDimV * 2;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2, kDoBytes = kBlockM * kHeadDimV * 2;
   static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
   static constexpr uint32_t kBarPReady = static_cast<uint32_t>(NamedBarrier::kBwdPReady);
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
@@ -89,9 +94,9 @@ struct BwdWgmmaRolesKernel {
 
   struct SharedStorage {
     alignas(1024) Element k[kChunks][kBlockN][64];              // 128B swizzle; A of S^T, B of dQ (MN-major)
-    alignas(1024) Element v[kChunks][kBlockN][64];              // 128B swizzle; A of dP^T
-    alignas(1024) Element q[kStages][kChunks][kBlockM][64];     // B of S^T (K-major), B of dK (MN-major)
-    alignas(1024) Element dout[kStages][kChunks][kBlockM][64];  // B of dP^T (K-major), B of dV (MN-major)
+    alignas(1024) Element v[kChunksV][kBlockN][64];              // 128B swizzle; A of dP^T
+    alignas(1024) Element q[kStages][kChunks][kBlockM][64];      // B of S^T (K-major), B of dK (MN-major)
+    alignas(1024) Element dout[kStages][kChunksV][kBlockM][64];  // B of dP^T (K-major), B of dV (MN-major)
     alignas(1024) Element ds[2][kBlockM][64];                   // dS (queries x 64 keys), by tile parity; A of dQ
     float p_xchg[kBlockM / 2][128];  // P^T from the S to the dP warpgroup: [accumulator element][thread]
     float lse[kStages][kBlockM];   // LSE * log2e, +inf past the sequence (P = 0)
@@ -141,14 +146,15 @@ struct BwdWgmmaRolesKernel {
     }
   }
 
-  // acc (64 keys x 64 queries) = keys (K or V, 64 x d) x rows^T (Q or dO of a stage, 64 x d): wgmma SS with
-  // k = d, both operands K-major; issued and waited for.
-  static __device__ __forceinline__ void transposed_product(const Element (&keys)[kChunks][kBlockN][64],
-                                                            const Element (&rows)[kChunks][kBlockM][64],
+  // acc (64 keys x 64 queries) = keys (K or V, 64 x w) x rows^T (Q or dO of a stage, 64 x w), w = 64 kC
+  // columns: wgmma SS with k = w, both operands K-major; issued and waited for.
+  template <int kC>
+  static __device__ __forceinline__ void transposed_product(const Element (&keys)[kC][kBlockN][64],
+                                                            const Element (&rows)[kC][kBlockM][64],
                                                             float (&acc)[kBlockM / 2]) {
     wgmma::fence();
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    for (int ks = 0; ks < kC * 4; ++ks) {
       const uint64_t desc_a = wgmma::make_desc_sw128(&keys[ks / 4][0][(ks % 4) * 16], 16, 1024);
       const uint64_t desc_b = wgmma::make_desc_sw128(&rows[ks / 4][0][(ks % 4) * 16], 16, 1024);
       wgmma::mma_ss<kBlockM, 0, Element>(acc, desc_a, desc_b, ks > 0);
@@ -158,17 +164,18 @@ struct BwdWgmmaRolesKernel {
     wgmma::fence_operand(acc);
   }
 
-  // acc (64 keys x d columns) += frag (this warpgroup's 64 keys x 64 queries, 16-bit A fragments) x rows (Q or
-  // dO of a stage, 64 queries x d columns, 64-column chunks, LBO = one chunk, kBlockM * 128 bytes): wgmma RS
-  // with k = 64 queries, B MN-major; issued and committed, not waited for. dV = P^T dO and dK = dS^T Q.
+  // acc (64 keys x w columns, w = 64 kC) += frag (this warpgroup's 64 keys x 64 queries, 16-bit A fragments) x
+  // rows (Q or dO of a stage, 64 queries x w columns, 64-column chunks, LBO = one chunk, kBlockM * 128 bytes):
+  // wgmma RS with k = 64 queries, B MN-major; issued and committed, not waited for. dV = P^T dO and dK = dS^T Q.
+  template <int kC>
   static __device__ __forceinline__ void issue_key_rows_product(const uint32_t (&frag)[kBlockM / 16][4],
-                                                                const Element (&rows)[kChunks][kBlockM][64],
-                                                                float (&acc)[kHeadDim / 2]) {
+                                                                const Element (&rows)[kC][kBlockM][64],
+                                                                float (&acc)[kC * 32]) {
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks) {
       const uint64_t desc = wgmma::make_desc_sw128(&rows[0][ks * 16][0], kBlockM * 128, 1024);
-      wgmma::mma_rs<kHeadDim, 1, Element>(acc, frag[ks], desc, true);
+      wgmma::mma_rs<kC * 64, 1, Element>(acc, frag[ks], desc, true);
     }
     wgmma::commit_group();
   }
@@ -190,11 +197,11 @@ struct BwdWgmmaRolesKernel {
     }
   }
 
-  // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all d columns, its share of dQ (add_dq).
+  // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all of v's columns, its share of dQ (add_dq).
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
                                                 int n_block, int hkv, int b, QRange range,
-                                                float (&acc_dv)[kHeadDim / 2]) {
+                                                float (&acc_dv)[kHeadDimV / 2]) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;
@@ -334,24 +341,26 @@ struct BwdWgmmaRolesKernel {
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = (static_cast<int>(threadIdx.x) % 128) / 32;
     const int key_row = n_block * kBlockN + warp * 16 + lane / 4;
 
-    // Accumulator layout of a 64 x d wgmma: element i is row 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) +
-    // 2 t + (i % 2). The S warpgroup keeps dV, the dP warpgroup dK.
+    // Accumulator layout of a 64 x w wgmma: element i is row 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) +
+    // 2 t + (i % 2). The S warpgroup keeps dV (v's columns), the dP warpgroup dK (q / k's).
     float acc[kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
+    float(&acc_v)[kHeadDimV / 2] = *reinterpret_cast<float(*)[kHeadDimV / 2]>(&acc[0]);  // dV: v's columns
     if (p.group * range.m_count > 0) {
       if (wg == kSWarpgroup) {
         // One loop per softcap case, so that each loop's registers hold only its own element-wise pass.
-        if (p.softcap > 0.0f) s_loop<true>(P, s, e, n_block, hkv, b, range, acc);
-        else s_loop<false>(P, s, e, n_block, hkv, b, range, acc);
+        if (p.softcap > 0.0f) s_loop<true>(P, s, e, n_block, hkv, b, range, acc_v);
+        else s_loop<false>(P, s, e, n_block, hkv, b, range, acc_v);
       } else {
         dp_loop(P, s, e, n_block, hkv, b, range, acc);
       }
     }
 
-    // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup), all d columns ----
+    // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup) ----
     if (wg == kSWarpgroup) {
-      store_key_rows<Element, kHeadDim>(e, p.dv, p.dv_stride, acc, 1.0f, b, hkv, key_row, 0, p.head_dim_v, lane % 4);
+      store_key_rows<Element, kHeadDimV>(e, p.dv, p.dv_stride, acc_v, 1.0f, b, hkv, key_row, 0, p.head_dim_v,
+                                         lane % 4);
     } else {
       store_key_rows<Element, kHeadDim>(e, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, p.head_dim,
                                         lane % 4);
