@@ -116,7 +116,7 @@ TEST(PaddedHeadDimsFeatures, WindowSoftcapSinkAndLongBackward) {
 }
 
 // Deterministic mode: bit-identical gradients run to run (the d = 96 kernel's skipped dQ half, the d = 192
-// kernel's dQ chunks split between its warpgroups, the (192, 128) split's padded v panels).
+// kernel's dQ chunks split between its warpgroups, the (192, 128) kernels' narrower V and dO tiles).
 TEST(PaddedHeadDimsFeatures, DeterministicIsBitIdentical) {
   FLASH4_REQUIRE_GPU();
   for (const HeadDims hd : kPaddedHeadDims) {
