@@ -95,6 +95,19 @@ TEST(DecodeRoute, MatchesReference) {
   }));
 }
 
+// Head dims between the decode kernel's widths run on the next wider one, zero-padded (decode_load.cuh): the
+// strided layout's columns past d hold NaN, so a read past d poisons the output.
+TEST(DecodeRoute, PaddedHeadDims) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {8, 40, 96, 136, 192, 200}) {
+    const DType dtype = d % 16 == 0 ? DType::kBFloat16 : DType::kFloat16;
+    run_route(make_spec(2, 1, 4097, 8, 2, d, dtype, false));           // automatic splits
+    run_route(make_spec(3, 4, 777, 16, 2, d, dtype, true));            // 32 rows: the 64-row shape
+    run_route(with(make_spec(1, 3, 300, 4, 4, d, dtype, true), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
+  }
+  run_route(make_spec(1, 1, 600, 8, 1, 96, DType::kBFloat16, true), /*backward=*/true);
+}
+
 TEST(DecodeRoute, BackwardOnItsLse) {
   FLASH4_REQUIRE_GPU();
   run_route(make_spec(2, 1, 500, 8, 2, 128, DType::kBFloat16, false), /*backward=*/true);

@@ -200,6 +200,25 @@ TEST(KvCacheGpu, PrefillRunsTheDenseKernel) {
   run_case(with(spec(2, 24, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
 }
 
+// Head dims between the decode kernel's widths (64, 128, 256) on the next wider one, zero-padded: decode, splits
+// forced, GQA, a paged cache with appends and rotary, the 64-row shape, the sink.
+TEST(KvCacheGpu, PaddedHeadDims) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {8, 40, 96, 160, 192, 248}) {
+    const DType dtype = d % 16 == 0 ? DType::kFloat16 : DType::kBFloat16;
+    run_case(spec(4, 1, 8, 2, {0, 1, 17, 1000}, d, dtype));
+    run_case(with(spec(2, 1, 8, 1, {4097, 333}, d, dtype), [](KvCaseSpec& s) { s.num_splits = 5; }));
+    run_case(with(spec(2, 4, 8, 2, {31, 1000}, d, dtype), [](KvCaseSpec& s) {
+      s.page_size = 16;
+      s.seqlen_new = 4;
+      s.causal = true;
+      s.rotary = Rotary::kNeox;
+      s.sink = true;
+    }));
+    run_case(with(spec(2, 8, 16, 2, {700, 9}, d, dtype), [](KvCaseSpec& s) { s.page_size = 64; }));  // 64 rows
+  }
+}
+
 // Window, softcap and the learnable sink, contiguous (with cache_batch_idx and a scalar length) and paged.
 TEST(KvCacheGpu, MasksSoftcapSink) {
   FLASH4_REQUIRE_GPU();

@@ -5,7 +5,8 @@
 // The kernels are compiled for widths 64, 128 and 256 (rows of 64-element, 128-byte swizzled panels). The
 // forward and the backward's wgmma kernel also have 96 (built with 128: two panels in shared memory, half of the
 // second one used, matmuls 96 wide) and 192 (three panels, built with 256); the decode kernel and the backward's
-// mma.sync kernel have neither. Narrower head dims run on the next wider kernel, zero-padded without any memory:
+// mma.sync kernel have neither. Narrower head dims run on the next wider kernel, zero-padded without any memory
+// (the decode kernel's cp.async copies zero-fill the 16-byte chunks past d and its stores stop at d):
 // the TMA tensor maps keep the tensors' true widths, so TMA fills the panels' columns past them with zeros on
 // loads (QK^T and PV stay exact, padded V columns give zero output columns) and clips them on stores; every
 // store the kernels make themselves is bounded by the true width (FwdParams::head_dim_v, BwdParams::head_dim /
@@ -56,7 +57,8 @@ constexpr int narrowest_width(const int64_t (&widths)[N], int64_t d, int64_t dv)
   return 0;
 }
 
-// The compiled width that runs head dims (d, dv) in the decode kernel and the backward's mma.sync kernel.
+// The compiled width that runs head dims (d, dv) in the decode kernel (d = dv, zero-padded: decode_load.cuh) and
+// the backward's mma.sync kernel (full widths only: padded_head_dims).
 constexpr int kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kKernelHeadDims, d, dv); }
 
 // The compiled width that runs head dims (d, dv) in the backward: 72 .. 96 on the wgmma kernel of width 96, 192

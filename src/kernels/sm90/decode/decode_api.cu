@@ -65,11 +65,14 @@ std::string decode_refusal(const TensorView& q, int64_t head_dim, std::initializ
   if (q.dtype != DType::kBFloat16 && q.dtype != DType::kFloat16)
     return std::string("the GPU decode kernels support bf16 and fp16, not ") + dtype_name(q.dtype) +
            "; use the CPU for fp32";
-  if (sm90::kernel_head_dim(head_dim, head_dim) != head_dim)  // decode runs the compiled widths, unpadded
-    return "head_dim " + std::to_string(head_dim) + " is not supported by the GPU decode kernels (supported: "
-           "64, 128 or 256; the CPU runs every multiple of 8 up to 256)";
-  if (!compiled_decode_for(q.dtype, head_dim))
-    return "head_dim " + std::to_string(head_dim) + " is not compiled for the GPU decode kernels (FLASH4_HEAD_DIMS)";
+  // Every multiple of 8 up to 256 runs on the next compiled width (64, 128, 256), zero-padded.
+  const int width = sm90::kernel_head_dim(head_dim, head_dim);
+  if (!sm90::gpu_takes_head_dim(head_dim) || width == 0)
+    return "head_dim " + std::to_string(head_dim) + " is not supported by the GPU decode kernels (supported: " +
+           sm90::kGpuHeadDimsText + ")";
+  if (!compiled_decode_for(q.dtype, width))
+    return "head_dim " + std::to_string(head_dim) + " runs on the decode kernel of width " + std::to_string(width) +
+           ", which is not compiled (FLASH4_HEAD_DIMS)";
   for (const TensorView* t : rows)
     if (t->data != nullptr && !aligned16(*t))
       return "the GPU decode kernels need 16-byte aligned data pointers and strides that are multiples of 8 "
@@ -93,6 +96,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   p.q = rows_view(q);
   p.k_cache = rows_view(k_cache);
   p.v_cache = rows_view(v_cache);
+  p.head_dim = static_cast<int>(s.head_dim);
+  const int width = sm90::kernel_head_dim(s.head_dim, s.head_dim);  // the kernel's, >= head_dim (decode_refusal)
   p.out = out.data;
   p.out_stride_b = out.stride[0];
   p.out_stride_s = out.stride[1];
@@ -110,7 +115,7 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
 
   const auto launch = [&](const DecodeParams& params) {
 #define FLASH4_LAUNCH_DECODE(T, D)                                                                \
-  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && s.head_dim == D) \
+  if (std::is_same_v<T, __nv_bfloat16> == (q.dtype == DType::kBFloat16) && width == D)       \
     return sm90::decode::launch_decode<T, D>(params, wide, stream);
     FLASH4_DECODE_CONFIGS(FLASH4_LAUNCH_DECODE)
 #undef FLASH4_LAUNCH_DECODE
@@ -118,9 +123,9 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   };
   if (p.splits == 1) return launch(p);
 
-  // Partials: o (splits, batch, heads, seqlen_q, d) and lse (splits, batch, heads, seqlen_q), fp32.
+  // Partials: o (splits, batch, heads, seqlen_q, width) and lse (splits, batch, heads, seqlen_q), fp32.
   const size_t part_rows = static_cast<size_t>(p.splits) * s.batch * s.heads * s.seqlen_q;
-  const size_t o_bytes = (part_rows * s.head_dim * 4 + 255) & ~size_t{255};
+  const size_t o_bytes = (part_rows * width * 4 + 255) & ~size_t{255};
   StreamWorkspace workspace(o_bytes + part_rows * 4, stream);
   p.o_partial = reinterpret_cast<float*>(workspace.data());
   p.lse_partial = reinterpret_cast<float*>(workspace.data() + o_bytes);
@@ -137,10 +142,11 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   c.out_stride_b = p.out_stride_b;
   c.out_stride_s = p.out_stride_s;
   c.out_stride_h = p.out_stride_h;
+  c.out_cols = p.head_dim;
   c.lse = p.lse;
   c.lse_stride_b = p.lse_stride_b;
   c.lse_stride_h = p.lse_stride_h;
-  sm90::decode::launch_combine(c, q.dtype, static_cast<int>(s.head_dim), stream);
+  sm90::decode::launch_combine(c, q.dtype, width, stream);
 }
 
 }  // namespace

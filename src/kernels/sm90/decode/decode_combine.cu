@@ -99,8 +99,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid
   }
   Element* out = static_cast<Element*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h +
                  lane * kPerLane;
+  // Columns past the head dim (a kernel wider than it: decode_kernel_width) are the zero padding: not written.
 #pragma unroll
-  for (int x = 0; x < kPerLane; x += 2) *reinterpret_cast<uint32_t*>(out + x) = pack2<Element>(acc[x], acc[x + 1]);
+  for (int x = 0; x < kPerLane; x += 2)
+    if (lane * kPerLane + x < p.out_cols) *reinterpret_cast<uint32_t*>(out + x) = pack2<Element>(acc[x], acc[x + 1]);
   if (lane == 0 && p.lse != nullptr) p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i] = lse;
 }
 

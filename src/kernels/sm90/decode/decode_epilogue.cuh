@@ -106,6 +106,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
     }
     const RowTarget to = row_target(row0 + row, p.group, hkv);
     if (direct) {
+      if (col >= p.head_dim) continue;  // the zero padding of a kernel wider than d
       Element* dst = static_cast<Element*>(p.out) + b * p.out_stride_b + to.i * p.out_stride_s + to.h * p.out_stride_h;
       const uint2 bits = make_uint2(pack2<Element>(acc.x, acc.y), pack2<Element>(acc.z, acc.w));
       *reinterpret_cast<uint2*>(dst + col) = bits;

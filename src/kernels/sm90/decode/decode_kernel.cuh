@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   };
 
   // Prologue: Q and the first kStages - 1 blocks, one commit group per block (Q rides with the first).
-  load_q_rows<Element, Tile>(s_q, p.q, b, hkv, p.group, row0, rows_valid);
+  load_q_rows<Element, Tile>(s_q, p.q, b, hkv, p.group, row0, rows_valid, p.head_dim);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_block(s, s);

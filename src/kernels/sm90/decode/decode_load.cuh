@@ -14,24 +14,24 @@
 namespace flash4::sm90::decode {
 
 // Rows [row0, row0 + kBlockM) of the packed (query, group head) rows of sequence b, KV head hkv, into s_q
-// (kBlockM, kLd) 16-bit; rows >= rows_valid are zeros.
+// (kBlockM, kLd) 16-bit; rows >= rows_valid and columns >= head_dim (a kernel wider than d) are zeros.
 template <class Element, class Tile>
 __device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int64_t b, int hkv, int group,
-                                            int row0, int rows_valid) {
+                                            int row0, int rows_valid, int head_dim) {
   constexpr int kChunks = Tile::kHeadDim / 8;  // 16-byte chunks per row
   const Element* base = static_cast<const Element*>(q.data);
   for (int c = static_cast<int>(threadIdx.x); c < Tile::kBlockM * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
-    const bool valid = r < rows_valid;
-    const int packed = row0 + (valid ? r : 0);
+    const bool valid = r < rows_valid && col < head_dim;
+    const int packed = row0 + (r < rows_valid ? r : 0);
     const int64_t i = packed / group, h = int64_t{hkv} * group + packed % group;
-    const Element* src = base + b * q.stride_0 + i * q.stride_1 + h * q.stride_h + col;
+    const Element* src = base + b * q.stride_0 + i * q.stride_1 + h * q.stride_h + (valid ? col : 0);
     cp_async_16(s_q + (r * Tile::kLd + col) * 2, src, valid ? 16 : 0);
   }
 }
 
 // Keys [j0, j0 + kBlockN) of the sequence (cache rows through `keys`), KV head hkv, into one stage: K at s_k,
-// V at s_v, each (kBlockN, kLd) 16-bit. Keys > last are zeros.
+// V at s_v, each (kBlockN, kLd) 16-bit. Keys > last and columns >= p.head_dim are zeros.
 template <class Element, class Tile>
 __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const DecodeParams& p,
                                               const detail::PagedKeys& keys, int hkv, int64_t j0, int64_t last) {
@@ -39,15 +39,18 @@ __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const 
   constexpr int kRowsPerPass = kThreads / kChunks;  // 16 (d = 64), 8 (128), 4 (256)
   static_assert(kBlockN % kRowsPerPass == 0, "whole rows per pass");
   const int r0 = static_cast<int>(threadIdx.x) / kChunks, col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
-  const Element* k_base = static_cast<const Element*>(p.k_cache.data) + hkv * p.k_cache.stride_h + col;
-  const Element* v_base = static_cast<const Element*>(p.v_cache.data) + hkv * p.v_cache.stride_h + col;
+  // A chunk past the head dim is zero-filled from a valid address (the row's first chunk).
+  const bool col_valid = col < p.head_dim;
+  const int src_col = col_valid ? col : 0;
+  const Element* k_base = static_cast<const Element*>(p.k_cache.data) + hkv * p.k_cache.stride_h + src_col;
+  const Element* v_base = static_cast<const Element*>(p.v_cache.data) + hkv * p.v_cache.stride_h + src_col;
 #pragma unroll
   for (int pass = 0; pass < kBlockN / kRowsPerPass; ++pass) {
     const int r = r0 + pass * kRowsPerPass;
     const int64_t j = j0 + r;
-    const bool valid = j <= last;
+    const bool valid = j <= last && col_valid;
     // One page lookup per row serves K and V (both caches share the geometry).
-    const detail::CacheRow at = keys.at(valid ? j : j0);
+    const detail::CacheRow at = keys.at(j <= last ? j : j0);
     const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
     const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
     const uint32_t offset = (r * Tile::kLd + col) * 2;

@@ -21,12 +21,13 @@ struct DecodeParams {
   detail::ScoreTransform score;
   RowsView q;                       // (batch, seqlen_q, heads, d): the caller's q, or the rotated copy
   RowsView k_cache, v_cache;        // (slot, row, heads_kv, d)
+  int head_dim = 0;                 // d, a multiple of 8 up to the kernel's width; columns past it read as 0
   void* out = nullptr;              // (batch, seqlen_q, heads, d), Element
   int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
   float* lse = nullptr;             // (batch, heads, seqlen_q) fp32, optional
   int64_t lse_stride_b = 0, lse_stride_h = 0;
   // Split-KV: with splits > 1 each CTA writes its normalized partial output and LSE here instead of out / lse:
-  // o_partial (splits, batch, heads, seqlen_q, d) fp32, lse_partial (splits, batch, heads, seqlen_q) fp32.
+  // o_partial (splits, batch, heads, seqlen_q, kernel width) fp32, lse_partial (splits, batch, heads, seqlen_q) fp32.
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   int splits = 1;
@@ -44,6 +45,7 @@ struct CombineParams {
   const float* sink = nullptr;      // (heads) or null
   void* out = nullptr;
   int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
+  int out_cols = 0;                 // the head dim: out's columns (o_partial rows are the kernel's width)
   float* lse = nullptr;
   int64_t lse_stride_b = 0, lse_stride_h = 0;
 };
