@@ -54,8 +54,8 @@ __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const 
     const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
     const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
     const uint32_t offset = (r * Tile::kLd + col) * 2;
-    cp_async_16(s_k + offset, k_src, valid ? 16 : 0);
-    cp_async_16(s_v + offset, v_src, valid ? 16 : 0);
+    cp_async_16_line(s_k + offset, k_src, valid ? 16 : 0);
+    cp_async_16_line(s_v + offset, v_src, valid ? 16 : 0);
   }
 }
 
