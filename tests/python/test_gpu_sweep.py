@@ -2,10 +2,12 @@
 flash_attn_varlen_func and flash_attn_with_kvcache, each case drawn from a seeded generator (head dims every
 multiple of 8 up to 256 and the (192, 128) / (128, 64) splits, GQA ratios 1-8, odd lengths, causal, window,
 softcap, the learnable sink, deterministic mode, paged and contiguous caches, appends, split counts) and judged
-against the float64 reference with the tolerance rule of attention_reference.py. Hopper only.
+against the float64 reference with the tolerance rule of attention_reference.py.
 
-FLASH4_SWEEP_CASES sets the number of cases per entry point (default 12), FLASH4_SWEEP_SEED the seed (default:
-from the clock, so every run draws new shapes); a failure names the seed and the case, so it can be replayed."""
+On a Hopper GPU: FLASH4_SWEEP_CASES cases per entry point (default 12), seed FLASH4_SWEEP_SEED (default: from the
+clock, so every run draws new shapes); a failure names the seed and the case, so it can be replayed. On the CPU
+(everywhere, so the sweep itself cannot rot where no GPU runs it): FLASH4_SWEEP_CPU_CASES cases (default 3) of
+a fixed seed (FLASH4_SWEEP_SEED if set)."""
 
 import os
 import time
@@ -16,18 +18,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
-from attention_reference import attention as np_attention  # noqa: E402
 from attention_reference import check_tolerance  # noqa: E402
 from test_kvcache import Case as KvCase  # noqa: E402
 from test_varlen import DTYPE_NAMES, VarlenCase, hopper_present, numpy64  # noqa: E402
 from torch_reference import attention, stored_output_delta  # noqa: E402
 
-# FLASH4_SWEEP_DEVICE=cpu runs the sweep on the CPU path (to check the sweep itself where no GPU is).
-DEVICE = os.environ.get("FLASH4_SWEEP_DEVICE", "cuda")
-pytestmark = pytest.mark.skipif(DEVICE == "cuda" and not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-
-CASES = int(os.environ.get("FLASH4_SWEEP_CASES", "12"))
-SEED = int(os.environ.get("FLASH4_SWEEP_SEED", str(int(time.time()))))
+CASES = {"cuda": int(os.environ.get("FLASH4_SWEEP_CASES", "12")),
+         "cpu": int(os.environ.get("FLASH4_SWEEP_CPU_CASES", "3"))}
+SEEDS = {"cuda": int(os.environ.get("FLASH4_SWEEP_SEED", str(int(time.time())))),
+         "cpu": int(os.environ.get("FLASH4_SWEEP_SEED", "20261203"))}
+SWEEP = [pytest.param("cpu", case, id=f"cpu-{case}") for case in range(CASES["cpu"])] + [
+    pytest.param("cuda", case, id=f"cuda-{case}",
+                 marks=pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU"))
+    for case in range(CASES["cuda"])]
 
 
 def head_dims(rng):
@@ -74,7 +77,7 @@ def run_or_skip(fn, what):
         pytest.skip(f"{what}: not implemented on this GPU by flash4: {e}")
 
 
-def dense_case(rng, case):
+def dense_case(rng, case, device, seed):
     d, dv = head_dims(rng)
     heads, heads_kv = groups(rng)
     causal, window, softcap = masks(rng)
@@ -84,12 +87,12 @@ def dense_case(rng, case):
     dtype = [torch.bfloat16, torch.float16][int(rng.integers(0, 2))]
     sink = bool(rng.random() < 0.2)
     deterministic = bool(rng.random() < 0.3)
-    what = (f"seed {SEED} dense case {case}: b{batch} sq{sq} sk{sk} h{heads}/{heads_kv} d{d}/{dv} {DTYPE_NAMES[dtype]}"
-            f" causal={causal} window={window} softcap={softcap} sink={sink} det={deterministic}")
-    gen = torch.Generator().manual_seed(SEED * 1000 + case)
+    what = (f"{device} seed {seed} dense case {case}: b{batch} sq{sq} sk{sk} h{heads}/{heads_kv} d{d}/{dv} "
+            f"{DTYPE_NAMES[dtype]} causal={causal} window={window} softcap={softcap} sink={sink} det={deterministic}")
+    gen = torch.Generator().manual_seed(seed * 1000 + case)
 
     def make(*size, dt=dtype):
-        return torch.randn(*size, generator=gen, dtype=torch.float64).to(device=DEVICE, dtype=dt)
+        return torch.randn(*size, generator=gen, dtype=torch.float64).to(device=device, dtype=dt)
 
     q, k, v = make(batch, sq, heads, d), make(batch, sk, heads_kv, d), make(batch, sk, heads_kv, dv)
     dout = make(batch, sq, heads, dv)
@@ -134,7 +137,7 @@ def dense_case(rng, case):
         assert err <= bound, f"{what}: dsink error {err:.3g} > {bound:.3g}"
 
 
-def varlen_case(rng, case):
+def varlen_case(rng, case, device, seed):
     d, dv = head_dims(rng)
     heads, heads_kv = groups(rng)
     causal, window, softcap = masks(rng)
@@ -143,10 +146,10 @@ def varlen_case(rng, case):
     lens_k = list(lens_q) if rng.random() < 0.5 else [lengths(rng, 800) for _ in range(n)]
     dtype = [torch.bfloat16, torch.float16][int(rng.integers(0, 2))]
     sink = bool(rng.random() < 0.25)
-    what = (f"seed {SEED} varlen case {case}: lens_q {lens_q} lens_k {lens_k} h{heads}/{heads_kv} d{d}/{dv} "
-            f"{DTYPE_NAMES[dtype]} causal={causal} window={window} softcap={softcap} sink={sink}")
-    c = VarlenCase(lens_q, lens_k, heads, heads_kv, d, dtype, DEVICE, causal=causal, window=window, softcap=softcap,
-                   sink=sink, seed=SEED * 1000 + case, dim_v=dv)
+    what = (f"{device} seed {seed} varlen case {case}: lens_q {lens_q} lens_k {lens_k} h{heads}/{heads_kv} "
+            f"d{d}/{dv} {DTYPE_NAMES[dtype]} causal={causal} window={window} softcap={softcap} sink={sink}")
+    c = VarlenCase(lens_q, lens_k, heads, heads_kv, d, dtype, device, causal=causal, window=window, softcap=softcap,
+                   sink=sink, seed=seed * 1000 + case, dim_v=dv)
     try:
         c.check()
     except NotImplementedError as e:
@@ -155,7 +158,7 @@ def varlen_case(rng, case):
         raise AssertionError(f"{what}: {e}") from None
 
 
-def kvcache_case(rng, case):
+def kvcache_case(rng, case, device, seed):
     d = int(rng.choice([64, 128, 256, 96, 8 * int(rng.integers(1, 33))]))
     heads, heads_kv = groups(rng)
     batch = int(rng.integers(1, 6))
@@ -170,16 +173,16 @@ def kvcache_case(rng, case):
         window = (window[0], max(window[1], 0))
     sink = bool(rng.random() < 0.2)
     splits = int(rng.choice([0, 0, 1, 3, 17]))
-    what = (f"seed {SEED} kvcache case {case}: b{batch} sq{seqlen_q} new{seqlen_new} lens {cache_len} "
+    what = (f"{device} seed {seed} kvcache case {case}: b{batch} sq{seqlen_q} new{seqlen_new} lens {cache_len} "
             f"h{heads}/{heads_kv} d{d} page {page_size} causal={causal} window={window} softcap={softcap} "
             f"sink={sink} splits={splits}")
     c = KvCase(batch, seqlen_q, heads, heads_kv, cache_len, seqlen_new=seqlen_new, page_size=page_size,
                dtype=torch.float16, causal=causal, window=window, softcap=softcap, sink=sink, head_dim=d,
-               seed=SEED * 1000 + case)
+               seed=seed * 1000 + case)
     cpu = {name: getattr(c, name) for name in ("q", "k", "v", "k_cache", "v_cache", "cache_seqlens", "block_table",
                                                "cache_batch_idx", "sink")}
     for name, t in cpu.items():
-        setattr(c, name, None if t is None else t.to(DEVICE))
+        setattr(c, name, None if t is None else t.to(device))
     try:
         out, lse = c.run(num_splits=splits)
     except NotImplementedError as e:
@@ -193,24 +196,24 @@ def kvcache_case(rng, case):
         raise AssertionError(f"{what}: {e}") from None
 
 
-@pytest.mark.parametrize("case", range(CASES))
-def test_dense(case):
-    dense_case(np.random.default_rng([SEED, 1, case]), case)
+@pytest.mark.parametrize("device,case", SWEEP)
+def test_dense(device, case):
+    dense_case(np.random.default_rng([SEEDS[device], 1, case]), case, device, SEEDS[device])
 
 
-@pytest.mark.parametrize("case", range(CASES))
-def test_varlen(case):
-    varlen_case(np.random.default_rng([SEED, 2, case]), case)
+@pytest.mark.parametrize("device,case", SWEEP)
+def test_varlen(device, case):
+    varlen_case(np.random.default_rng([SEEDS[device], 2, case]), case, device, SEEDS[device])
 
 
-@pytest.mark.parametrize("case", range(CASES))
-def test_kvcache(case):
-    kvcache_case(np.random.default_rng([SEED, 3, case]), case)
+@pytest.mark.parametrize("device,case", SWEEP)
+def test_kvcache(device, case):
+    kvcache_case(np.random.default_rng([SEEDS[device], 3, case]), case, device, SEEDS[device])
 
 
 def test_the_sweep_draws_every_kind():
     """The generators reach the shapes they are meant to (a sweep that never draws a split or GQA tests less)."""
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(SEEDS["cpu"])
     dims = {head_dims(rng) for _ in range(400)}
     assert (192, 128) in dims and (128, 64) in dims and any(d % 64 for d, _ in dims)
     assert any(h != hkv for h, hkv in (groups(rng) for _ in range(50)))
