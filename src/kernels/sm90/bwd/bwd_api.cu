@@ -183,33 +183,23 @@ int bwd_kernel_head_dim_v(int width, int64_t dv) {
   return sm90::bwd::bwd_has_split_kernel(width, static_cast<int>(dv)) ? static_cast<int>(dv) : width;
 }
 
-template <class Element>
-void launch_wgmma_packed(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int head_dim_v, bool masked,
-                         cudaStream_t stream) {
-#define FLASH4_LAUNCH_BWD_SPLIT(T, D, DV)                                  \
-  if (std::is_same_v<T, Element> && head_dim == D && head_dim_v == DV) \
-    return sm90::launch_bwd_wgmma_split_packed<T, D, DV>(params, masked, stream);
-  FLASH4_BWD_WGMMA_SPLIT_CONFIGS(FLASH4_LAUNCH_BWD_SPLIT)
-#undef FLASH4_LAUNCH_BWD_SPLIT
-#define FLASH4_LAUNCH_BWD(T, D) \
-  if (std::is_same_v<T, Element> && head_dim == D) \
-    return sm90::launch_bwd_wgmma_packed<T, D>(params, masked, stream);
-  FLASH4_BWD_WGMMA_CONFIGS(FLASH4_LAUNCH_BWD)
-#undef FLASH4_LAUNCH_BWD
-  throw Error(Status::kNotSupported, "flash4::backward: no compiled wgmma backward kernel for head_dim " +
-                                         std::to_string(head_dim));
-}
-
-template <class Element>
+// The compiled wgmma kernel for (head_dim, head_dim_v): the split kernel where (d, dv) has one, else the q / k
+// width's; kPacked: its packed-batch instantiation.
+template <class Element, bool kPacked>
 void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int head_dim_v, bool masked,
                   cudaStream_t stream) {
-#define FLASH4_LAUNCH_BWD_SPLIT(T, D, DV)                                  \
-  if (std::is_same_v<T, Element> && head_dim == D && head_dim_v == DV) \
-    return sm90::launch_bwd_wgmma_split<T, D, DV>(params, masked, stream);
+#define FLASH4_LAUNCH_BWD_SPLIT(T, D, DV)                                                     \
+  if constexpr (std::is_same_v<T, Element>)                                                 \
+    if (head_dim == D && head_dim_v == DV)                                                  \
+      return kPacked ? sm90::launch_bwd_wgmma_split_packed<T, D, DV>(params, masked, stream) \
+                     : sm90::launch_bwd_wgmma_split<T, D, DV>(params, masked, stream);
   FLASH4_BWD_WGMMA_SPLIT_CONFIGS(FLASH4_LAUNCH_BWD_SPLIT)
 #undef FLASH4_LAUNCH_BWD_SPLIT
-#define FLASH4_LAUNCH_BWD(T, D) \
-  if (std::is_same_v<T, Element> && head_dim == D) return sm90::launch_bwd_wgmma<T, D>(params, masked, stream);
+#define FLASH4_LAUNCH_BWD(T, D)                                                \
+  if constexpr (std::is_same_v<T, Element>)                                    \
+    if (head_dim == D)                                                         \
+      return kPacked ? sm90::launch_bwd_wgmma_packed<T, D>(params, masked, stream) \
+                     : sm90::launch_bwd_wgmma<T, D>(params, masked, stream);
   FLASH4_BWD_WGMMA_CONFIGS(FLASH4_LAUNCH_BWD)
 #undef FLASH4_LAUNCH_BWD
   throw Error(Status::kNotSupported, "flash4::backward: no compiled wgmma backward kernel for head_dim " +
@@ -445,11 +435,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, block_n);
       wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, p.head_dim, 64);
       if (sequences) {
-        if (bf16) launch_wgmma_packed<__nv_bfloat16>(wp, width, width_v, p.has_mask(), s);
-        else launch_wgmma_packed<__half>(wp, width, width_v, p.has_mask(), s);
+        if (bf16) launch_wgmma<__nv_bfloat16, true>(wp, width, width_v, p.has_mask(), s);
+        else launch_wgmma<__half, true>(wp, width, width_v, p.has_mask(), s);
       } else {
-        if (bf16) launch_wgmma<__nv_bfloat16>(wp, width, width_v, p.has_mask(), s);
-        else launch_wgmma<__half>(wp, width, width_v, p.has_mask(), s);
+        if (bf16) launch_wgmma<__nv_bfloat16, false>(wp, width, width_v, p.has_mask(), s);
+        else launch_wgmma<__half, false>(wp, width, width_v, p.has_mask(), s);
       }
     } else if (sm90::padded_head_dims(p.head_dim, p.head_dim_v)) {
       // No mma.sync kernel for padded head dims (see the top of this file); cuda_can_backward refused the layouts
