@@ -53,20 +53,24 @@ def _judge(name, got, ref, naive, dtype):
     return None
 
 
-def check_impl(fwd, q, k, v, dout, causal):
-    """Runs fwd once on poisoned outputs and judges out (and dq, dk, dv when dout is given) on the first and the
-    last (batch, head) slice; q, k, v have the same heads (the benchmark's shapes; no GQA). Returns None when
-    correct, else the reasons."""
+def poisoned_results(fwd, q, k, v, dout, causal):
+    """[out] (or [out, dq, dk, dv] when dout is given) of one call of fwd on NaN-poisoned output blocks."""
     for x in (q, k, v):
         x.grad = None
     poison_allocator(q)
     if dout is None:
         with torch.no_grad():
-            results = [fwd(q, k, v, causal)]
-    else:
-        out = fwd(q, k, v, causal)
-        poison_allocator(q)
-        results = [out.detach()] + list(torch.autograd.grad(out, (q, k, v), dout))
+            return [fwd(q, k, v, causal)]
+    out = fwd(q, k, v, causal)
+    poison_allocator(q)
+    return [out.detach()] + list(torch.autograd.grad(out, (q, k, v), dout))
+
+
+def check_impl(fwd, q, k, v, dout, causal):
+    """Runs fwd once on poisoned outputs and judges out (and dq, dk, dv when dout is given) on the first and the
+    last (batch, head) slice; q, k, v have the same heads (the benchmark's shapes; no GQA). Returns None when
+    correct, else the reasons."""
+    results = poisoned_results(fwd, q, k, v, dout, causal)
     names = ["out", "dq", "dk", "dv"][:len(results)]
     problems = []
     b_last, h_last = q.shape[0] - 1, q.shape[2] - 1

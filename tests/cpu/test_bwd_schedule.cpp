@@ -227,34 +227,89 @@ TEST(BwdSchedule, PersistentCtasWhereItemsAreShort) {
   }
 }
 
-// work_item numbers every (key tile, kv head, batch) once, with each pair's key tiles in key_tile_of_launch's
+// work_item numbers every (key tile, kv slot, batch) once, with each pair's key tiles in key_tile_of_launch's
 // order as w grows (what deterministic waits assume on the one-item-per-CTA grid, and what a persistent CTA's
-// increasing stride keeps).
+// increasing stride keeps); with a split GQA group, the slots' query heads cover each kv head's group once.
 TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
   for (int n_blocks : {1, 3, 32})
     for (int heads_kv : {1, 5})
       for (int batch : {1, 3})
-        for (bool deterministic : {false, true})
-          for (bool masked : {false, true}) {
-            BwdParams p;
-            p.n_blocks = n_blocks;
-            p.heads_kv = heads_kv;
-            p.batch = batch;
-            p.deterministic = deterministic;
-            ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * heads_kv * batch);
-            std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(heads_kv * batch, 0);
-            for (long long w = 0; w < work_items(p); ++w) {
-              const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
-              ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.hkv >= 0 && item.hkv < heads_kv &&
-                          item.b >= 0 && item.b < batch);
-              const int pair = item.b * heads_kv + item.hkv;
-              ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
-              const int expected = masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
-              EXPECT_EQ(item.n_block, expected) << "item " << w;
-              ++steps[pair];
+        for (int parts : {1, 2, 4})
+          for (bool deterministic : {false, true})
+            for (bool masked : {false, true}) {
+              BwdParams p;
+              p.n_blocks = n_blocks;
+              p.heads_kv = heads_kv;
+              p.group = 4;
+              p.heads = heads_kv * p.group;
+              p.group_parts = parts;
+              p.batch = batch;
+              p.deterministic = deterministic;
+              const int slots = heads_kv * parts;
+              ASSERT_EQ(kv_slots(p), slots);
+              ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * slots * batch);
+              std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(slots * batch, 0);
+              std::vector<int> head_seen(static_cast<size_t>(p.heads * batch * n_blocks), 0);
+              for (long long w = 0; w < work_items(p); ++w) {
+                const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
+                ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.slot >= 0 && item.slot < slots &&
+                            item.b >= 0 && item.b < batch);
+                const int pair = item.b * slots + item.slot;
+                ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
+                const int expected =
+                    masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
+                EXPECT_EQ(item.n_block, expected) << "item " << w;
+                ++steps[pair];
+                const GroupPart gp = group_part(p, item.slot);
+                ASSERT_EQ(gp.heads, p.group / parts);
+                ASSERT_EQ(gp.hkv, item.slot / parts);
+                for (int h = gp.h_first; h < gp.h_first + gp.heads; ++h) {
+                  ASSERT_TRUE(h >= gp.hkv * p.group && h < (gp.hkv + 1) * p.group) << "h " << h;
+                  ++head_seen[(static_cast<size_t>(item.b) * p.heads + h) * n_blocks + item.n_block];
+                }
+              }
+              for (int count : seen) EXPECT_EQ(count, 1);
+              for (int count : head_seen) EXPECT_EQ(count, 1);  // each (query head, key tile) in one item
             }
-            for (int count : seen) EXPECT_EQ(count, 1);
-          }
+}
+
+// The GQA group split (bwd_group_parts): none where it cannot pay (deterministic, MHA, items that fill the GPU
+// several times), a divisor of the group otherwise, and enough parts to occupy the SMs for MQA after tensor
+// parallelism (one kv head, 32 key tiles); a causal mask's long first items are split further than a full mask's.
+TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(bwd_group_parts(32, 64, 32 * 64, 8, kSms, /*deterministic=*/true), 1);
+  EXPECT_EQ(bwd_group_parts(32, 64, 32 * 64, 1, kSms, false), 1);
+  EXPECT_EQ(bwd_group_parts(4 * kSms, 64, 4 * kSms * 64, 8, kSms, false), 1);
+  // b = 1, s = 4096, 8 query heads on 1 kv head, d = 128 (64 x 128 tiles): 32 items of 64 Q tiles per head.
+  const int full = bwd_group_parts(32, 64, 32 * 64, 8, kSms, false);
+  EXPECT_EQ(full, 4);
+  // Causal: key tile n sees 64 - 2n Q tiles.
+  long long total = 0;
+  for (int n = 0; n < 32; ++n) total += 64 - 2 * n;
+  EXPECT_GE(bwd_group_parts(32, 64, total, 8, kSms, false), full);
+  for (int group : {2, 3, 6, 7, 12, 16})
+    for (long long items : {1LL, 10LL, 64LL, 131LL, 200LL}) {
+      const int parts = bwd_group_parts(items, 16, items * 16, group, kSms, false);
+      EXPECT_TRUE(parts >= 1 && group % parts == 0) << "group " << group << " items " << items;
+    }
+  // 128 full items already fill 132 SMs: a split would only add partials.
+  EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms, false), 1);
+}
+
+// key_tile_steps sums q_range's Q tiles: every Q tile of a full mask, the causal staircase.
+TEST(BwdSchedule, KeyTileStepsCountTheVisibleTiles) {
+  using Tile = WgmmaTile<128>;
+  const BwdParams full = make_params<Tile>(4096, 4096, kMasks[0], false);
+  const KeyTileSteps a = key_tile_steps<Tile>(full);
+  EXPECT_EQ(a.longest, 64);
+  EXPECT_EQ(a.total, 32 * 64);
+  const BwdParams causal = make_params<Tile>(4096, 4096, kMasks[1], false);
+  const KeyTileSteps c = key_tile_steps<Tile>(causal);
+  EXPECT_EQ(c.longest, 64);
+  long long total = 0;
+  for (int n = 0; n < 32; ++n) total += 64 - 2 * n;
+  EXPECT_EQ(c.total, total);
 }
 
 // A persistent CTA's dQ staging over items of uneven length: the consumers' PipelineState-style position at each

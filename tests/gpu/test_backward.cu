@@ -114,6 +114,33 @@ TEST(Backward, LongRaggedMqa) {
   run_and_check_backward(make_spec(2, 1000, 1013, 4, 1, 128, DType::kFloat16, true));
 }
 
+// GQA groups split across work items (bwd_schedule.h, bwd_group_parts): with one or two kv heads and one or two
+// sequences the (key tile, kv head, batch) items are far fewer than the SMs, so each item takes a part of its
+// group's query heads and dK, dV are summed from fp32 partials (bwd_group_reduce.cuh). Every head dim's kernel,
+// groups of 3 to 16, masks, softcap, the sink, the split head dims and the strided layout (the sum's output
+// strides); the deterministic mode keeps whole groups and must still be bit-identical.
+TEST(Backward, GroupSplitAcrossWorkItems) {
+  FLASH4_REQUIRE_GPU();
+  run_and_check_backward(make_spec(1, 700, 700, 16, 1, 128, DType::kBFloat16, true));
+  run_and_check_backward(make_spec(1, 900, 1000, 12, 1, 64, DType::kFloat16, false));
+  run_and_check_backward(make_spec(2, 513, 513, 6, 2, 96, DType::kBFloat16, true));
+  run_and_check_backward(make_spec(1, 300, 333, 9, 3, 192, DType::kBFloat16, true));
+  run_and_check_backward(with(make_spec(2, 257, 300, 8, 2, 256, DType::kFloat16, false), [](CaseSpec& s) {
+    s.window_left = 40;
+    s.window_right = 3;
+  }));
+  run_and_check_backward(with(make_spec(1, 400, 400, 8, 1, 192, DType::kBFloat16, true),
+                              [](CaseSpec& s) { s.head_dim_v = 128; }));
+  run_and_check_backward(with(make_spec(1, 401, 401, 8, 1, 128, DType::kBFloat16, true), [](CaseSpec& s) {
+    s.softcap = 20.0f;
+    s.input_stddev = 3.0;
+    s.sink = true;
+  }));
+  run_and_check_backward(with(make_spec(2, 333, 290, 8, 2, 128, DType::kFloat16, false),
+                              [](CaseSpec& s) { s.layout = Layout::kStrided; }));
+  check_deterministic_backward(make_spec(1, 700, 700, 16, 1, 128, DType::kBFloat16, true), 2);
+}
+
 TEST(Backward, SlidingWindow) {
   FLASH4_REQUIRE_GPU();
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {

@@ -125,3 +125,37 @@ def test_output_check_passes_attention_and_fails_wrong_results(backward, causal)
     assert why is not None and "max error" in why
     why = check.check_impl(unwritten, q, k, v, dout if backward else None, causal)
     assert why is not None and "non-finite" in why
+
+
+def test_shapes_bench_parses_shapes_and_names_bad_ones():
+    shapes = load("shapes_bench")
+    assert shapes.parse_shapes("1:4096:8:1:128,2:300:6:2:64:c") == [(1, 4096, 8, 1, 128, False),
+                                                                     (2, 300, 6, 2, 64, True)]
+    assert len(shapes.parse_shapes(shapes.DEFAULT_SHAPES)) >= 10
+    for bad in ("1:4096:8:3:128", "1:4096:8", "1:4096:8:1:100", "1:4096:8:1:128:x", "a:1:1:1:8"):
+        with pytest.raises(ValueError, match="--shapes"):
+            shapes.parse_shapes(bad)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_shapes_bench_check_judges_gqa_groups(backward):
+    """The GQA-aware check: correct grouped attention passes (dk, dv summed over the group), a kernel that pairs
+    query heads with the wrong kv head fails."""
+    torch = pytest.importorskip("torch")
+    shapes = load("shapes_bench")
+    gen = torch.Generator().manual_seed(1)
+    q, dout = (torch.randn(2, 40, 6, 32, generator=gen, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 40, 2, 32, generator=gen, dtype=torch.bfloat16) for _ in range(2))
+    for x in (q, k, v):
+        x.requires_grad_(backward)
+    attend = _attention(torch)
+
+    def grouped(q, k, v, causal):  # query head h reads kv head h // 3
+        return attend(q, k.repeat_interleave(3, dim=2), v.repeat_interleave(3, dim=2), causal)
+
+    def interleaved(q, k, v, causal):  # query head h reads kv head h % 2: the wrong grouping
+        return attend(q, k.repeat(1, 1, 3, 1), v.repeat(1, 1, 3, 1), causal)
+
+    assert shapes.check(grouped, q, k, v, dout if backward else None, True) is None
+    why = shapes.check(interleaved, q, k, v, dout if backward else None, True)
+    assert why is not None and "max error" in why

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "api/backends.h"
 #include "kernels/cuda_check.h"
@@ -48,6 +49,7 @@
 #include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
 #include "common/mask.h"
 #include "common/score_transform.h"
+#include "kernels/sm90/bwd/bwd_group_reduce.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
@@ -206,6 +208,36 @@ void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int hea
                                          std::to_string(head_dim));
 }
 
+// Split GQA groups (bwd_schedule.h, bwd_group_parts): dK, dV from their fp32 partials.
+template <class Element>
+void launch_group_reduce(const sm90::BwdParams& params, const TensorView& dk, const TensorView& dv, cudaStream_t s) {
+  using namespace flash4::sm90::bwd;
+  const std::pair<const TensorView*, std::pair<const float*, int>> outputs[] = {
+      {&dk, {params.dk_partial, params.head_dim}}, {&dv, {params.dv_partial, params.head_dim_v}}};
+  for (const auto& [out, partial] : outputs) {
+    const int64_t blocks = (int64_t{params.seqlen_k} * (partial.second / 8) + kPrepostThreads - 1) / kPrepostThreads;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.heads_kv),
+                    static_cast<unsigned>(params.batch));
+    bwd_group_reduce_kernel<Element><<<grid, kPrepostThreads, 0, s>>>(params, partial.first, out->data,
+                                                                       strides_of(*out), partial.second);
+    FLASH4_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// How many parts each GQA group's work items take (bwd_schedule.h, bwd_group_parts): the wgmma kernels outside
+// deterministic mode, from the launch's tile shape.
+int group_parts_for(const sm90::BwdParams& params, int block_m, int block_n) {
+  using namespace flash4::sm90::bwd;
+  const int sms = detail::current_device_sm_count();
+  const long long items = static_cast<long long>(params.n_blocks) * params.heads_kv * params.batch;
+  if (params.deterministic || params.group <= 1 || items >= 4LL * sms) return 1;
+  const KeyTileSteps steps = block_m == 128   ? key_tile_steps<TileShape<128, 128>>(params)
+                             : block_n == 128 ? key_tile_steps<TileShape<64, 128>>(params)
+                                              : key_tile_steps<TileShape<64, 64>>(params);
+  return bwd_group_parts(items, steps.longest, steps.total * params.heads_kv * params.batch, params.group, sms,
+                         params.deterministic);
+}
+
 template <class Element>
 void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cudaStream_t stream) {
   using namespace flash4::sm90::bwd;
@@ -356,6 +388,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     }
   }
 
+  if (wgmma) params.group_parts = group_parts_for(params, block_m, block_n);
+
   // Rows of the LSE / D / dQ-accumulator workspace, (b, h, sq) or (h, total_q) with packed queries.
   const int64_t rows = p.heads * (p.varlen() ? p.total_q : p.batch * p.seqlen_q);
   const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));
@@ -374,8 +408,17 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       sm90::bwd::dsink_slices(p.varlen() ? p.total_q : p.batch * p.seqlen_q, static_cast<int>(p.heads));
   const size_t dsink_bytes =
       params.dsink != nullptr ? align256(static_cast<size_t>(p.heads) * dsink_slices * sizeof(float)) : 0;
-  StreamWorkspace workspace(
-      std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes + dsink_bytes, 256), s);
+  // A split group's fp32 dK, dV partials (bwd_params.h), one block of key rows per part.
+  params.partial_rows = params.seq.cu_seqlens_k != nullptr ? p.total_k : p.batch * p.seqlen_k;
+  const size_t partial_floats = params.group_parts > 1 ? static_cast<size_t>(params.group_parts * params.partial_rows *
+                                                                            p.heads_kv)
+                                                       : 0;
+  const size_t dk_partial_bytes = align256(partial_floats * p.head_dim * sizeof(float));
+  const size_t dv_partial_bytes = align256(partial_floats * p.head_dim_v * sizeof(float));
+  StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes + dsink_bytes +
+                                                 dk_partial_bytes + dv_partial_bytes,
+                                             256),
+                            s);
   char* ws = workspace.data();
   params.dq_accum = reinterpret_cast<float*>(ws);
   params.dsum = reinterpret_cast<float*>(ws + accum_bytes);
@@ -386,6 +429,10 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
     params.work_counter = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes + sem_bytes);
   }
   float* dsink_partial = reinterpret_cast<float*>(ws + accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes);
+  if (params.group_parts > 1) {
+    params.dk_partial = reinterpret_cast<float*>(reinterpret_cast<char*>(dsink_partial) + dsink_bytes);
+    params.dv_partial = reinterpret_cast<float*>(reinterpret_cast<char*>(params.dk_partial) + dk_partial_bytes);
+  }
   if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
   // The pre- and postprocess work row by row: packed queries are one entry of total_q rows to them (rows in no
   // sequence included: their dQ accumulator stays zero, so their dQ is written as zero).
@@ -440,6 +487,10 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       } else {
         if (bf16) launch_wgmma<__nv_bfloat16, false>(wp, width, width_v, p.has_mask(), s);
         else launch_wgmma<__half, false>(wp, width, width_v, p.has_mask(), s);
+      }
+      if (params.group_parts > 1) {
+        if (bf16) launch_group_reduce<__nv_bfloat16>(params, args.dk, args.dv, s);
+        else launch_group_reduce<__half>(params, args.dk, args.dv, s);
       }
     } else if (sm90::padded_head_dims(p.head_dim, p.head_dim_v)) {
       // No mma.sync kernel for padded head dims (see the top of this file); cuda_can_backward refused the layouts

@@ -50,6 +50,16 @@ struct BwdParams {
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, heads_kv = 0, group = 1, head_dim = 0, head_dim_v = 0;
   int m_blocks = 0, n_blocks = 0;
 
+  // GQA groups split across work items where (key tile, kv head, batch) items alone would leave SMs idle
+  // (bwd_schedule.h, bwd_group_parts; wgmma kernels only). An item's kv coordinate is then a slot
+  // hkv * group_parts + part, and part takes group / group_parts of the group's query heads (GroupPart). With
+  // group_parts > 1 the items write dK, dV as fp32 partials, (group_parts, partial_rows, heads_kv, d) and
+  // (..., dv), which bwd_group_reduce_kernel sums in part order (deterministic) into dk, dv.
+  int group_parts = 1;
+  float* dk_partial = nullptr;
+  float* dv_partial = nullptr;
+  int64_t partial_rows = 0;  // key rows of one part: batch * seqlen_k, or total_k when the keys are packed
+
   // Mask as a band: key j is visible to query i iff band_lo <= j - i <= band_hi (and j < seqlen_k). Unbounded
   // sides are clamped sentinels (+-kBandSentinel) that every real offset satisfies.
   int band_lo = 0, band_hi = 0;

@@ -81,23 +81,93 @@ FLASH4_HD int key_tile_of_launch(const Shape& p, int launch) {
   return kMasked && p.deterministic ? p.n_blocks - 1 - launch : launch;
 }
 
-// Work items: one per (key tile, kv head, batch), numbered with the key step fastest,
-// w = step + n_blocks (hkv + heads_kv b), and the key tile of a step from key_tile_of_launch. 32-bit: the host
-// launches only problems with fewer than 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit division is a
-// subroutine call whose registers the producer and dQ writer warps (24 each) do not have.
+// The query heads of a work item: slot = hkv * group_parts + part (BwdParams::group_parts) takes `heads` query
+// heads of kv head hkv's group, from h_first on. Without a split (group_parts = 1) the slot is the kv head and
+// the item has the whole group.
+struct GroupPart {
+  int hkv, part, h_first, heads;
+};
+FLASH4_HD GroupPart group_part(const BwdParams& p, int slot) {
+  if (p.group_parts == 1) return {slot, 0, slot * p.group, p.group};  // no division where nothing is split
+  const int hkv = slot / p.group_parts, part = slot - hkv * p.group_parts, heads = p.group / p.group_parts;
+  return {hkv, part, hkv * p.group + part * heads, heads};
+}
+FLASH4_HD int kv_slots(const BwdParams& p) { return p.heads_kv * p.group_parts; }
+// A split group's fp32 partial of dK (width d) or dV (width dv): one (partial_rows, heads_kv, width) block per part,
+// rows as the keys' (batch * seqlen_k, or total_k when packed).
+FLASH4_HD int64_t partial_part_elements(const BwdParams& p, int width) {
+  return p.partial_rows * p.heads_kv * width;
+}
+FLASH4_HD BshdStrides partial_strides(const BwdParams& p, int width) {
+  const int64_t row = static_cast<int64_t>(p.heads_kv) * width;
+  return {p.seqlen_k * row, row, width};
+}
+
+// Work items: one per (key tile, kv slot, batch), numbered with the key step fastest,
+// w = step + n_blocks (slot + kv_slots b), and the key tile of a step from key_tile_of_launch. With a split GQA
+// group the slot is fastest instead, w = slot + kv_slots (step + n_blocks b): then the first key steps of every
+// slot come first (under a causal mask the longest items, which would otherwise start last and set the time).
+// 32-bit: the host launches only problems with fewer than 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit
+// division is a subroutine call whose registers the producer and dQ writer warps (24 each) do not have.
 struct BwdWork {
-  int n_block, hkv, b;
+  int n_block, slot, b;
 };
 template <bool kMasked>
 FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
   const unsigned u = static_cast<unsigned>(w), n_blocks = static_cast<unsigned>(p.n_blocks);
-  const unsigned heads_kv = static_cast<unsigned>(p.heads_kv);
+  const unsigned slots = static_cast<unsigned>(kv_slots(p));
+  if (p.group_parts > 1) {
+    const unsigned rest = u / slots, b = rest / n_blocks;
+    return {key_tile_of_launch<kMasked>(p, static_cast<int>(rest - b * n_blocks)), static_cast<int>(u - rest * slots),
+            static_cast<int>(b)};
+  }
   const unsigned pair = u / n_blocks;
-  return {key_tile_of_launch<kMasked>(p, static_cast<int>(u - pair * n_blocks)), static_cast<int>(pair % heads_kv),
-          static_cast<int>(pair / heads_kv)};
+  return {key_tile_of_launch<kMasked>(p, static_cast<int>(u - pair * n_blocks)), static_cast<int>(pair % slots),
+          static_cast<int>(pair / slots)};
+}
+// The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch), or (kv slots, n_blocks, batch) with a
+// split group. GridItem is a CTA's (launch position of its key tile, slot).
+struct GridItem {
+  int launch, slot;
+};
+struct GridDims {
+  unsigned x, y, z;
+};
+FLASH4_HD GridDims item_grid(const BwdParams& p) {
+  const unsigned n = static_cast<unsigned>(p.n_blocks), slots = static_cast<unsigned>(kv_slots(p));
+  const unsigned b = static_cast<unsigned>(p.batch);
+  return p.group_parts > 1 ? GridDims{slots, n, b} : GridDims{n, slots, b};
 }
 FLASH4_HD long long work_items(const BwdParams& p) {
-  return static_cast<long long>(p.n_blocks) * p.heads_kv * p.batch;
+  return static_cast<long long>(p.n_blocks) * kv_slots(p) * p.batch;
+}
+
+// How many parts to split each GQA group into (BwdParams::group_parts): a divisor of the group. Items are
+// (key tile, kv head, batch), each looping over its group's query heads; with few kv heads and short or few
+// sequences (MQA after tensor parallelism: one kv head per GPU) they are fewer than the SMs, or a causal mask
+// makes the first key tiles' items far longer than the average, and the longest item sets the time. Splitting
+// the group divides every item by the parts, at the price of fp32 dK, dV partials and their sum. Model, in Q-tile
+// steps: time(parts) = max(longest item / parts, total / min(SMs, items * parts)) * (1 + 0.04 (parts - 1)), the
+// last factor the partials' traffic (measured in docs/performance.md); the cheapest parts wins, ties to fewer.
+// Deterministic mode keeps whole groups (its results must not depend on the batch around a sequence), as do
+// problems whose items fill the GPU several times over. `longest` and `total`: Q-tile steps of one query head.
+FLASH4_HD int bwd_group_parts(long long items, long long longest, long long total, int group, int sms,
+                              bool deterministic) {
+  if (deterministic || group <= 1 || items <= 0 || longest <= 0 || sms <= 0 || items >= 4LL * sms) return 1;
+  int best = 1;
+  double best_time = 0.0;
+  for (int parts = 1; parts <= group; ++parts) {
+    if (group % parts != 0) continue;
+    const double busy = static_cast<double>(min_of(static_cast<long long>(sms), items * parts));
+    const double work = static_cast<double>(total) * group;  // over all items: total per head x the group
+    const double time = max_of(static_cast<double>(longest) * group / parts, work / busy) *
+                        (1.0 + 0.04 * (parts - 1));
+    if (parts == 1 || time < best_time) {
+      best = parts;
+      best_time = time;
+    }
+  }
+  return best;
 }
 
 // Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu): they pay where an item loops over few
@@ -112,7 +182,7 @@ FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
   long long rows = p.seqlen_q;
   if (lo_open != hi_open) rows = (rows + 1) / 2;
   else if (!lo_open) rows = min_of<long long>(rows, static_cast<long long>(p.band_hi) - p.band_lo + 1);
-  const long long tiles_per_item = (rows + block_m - 1) / block_m * p.group;
+  const long long tiles_per_item = (rows + block_m - 1) / block_m * (p.group / p.group_parts);
   return tiles_per_item <= 16;
 }
 
@@ -126,7 +196,7 @@ FLASH4_HD int dq_writer_first_tile(int writer, unsigned tiles_before, int buffer
 }
 FLASH4_HD unsigned dq_phase(unsigned tile, int buffers) { return (tile / static_cast<unsigned>(buffers)) & 1u; }
 
-// The items a CTA runs. One item per CTA on the (n_blocks, heads_kv, batch) grid in deterministic mode (a CTA may
+// The items a CTA runs. One item per CTA on the (n_blocks, kv slots, batch) grid in deterministic mode (a CTA may
 // wait only on CTAs launched before it) and where bwd_persistent_pays says no: grid_n_block. Otherwise one
 // persistent CTA per SM on a 1-D grid: item blockIdx.x first, then items claimed from a counter in w order, the
 // dynamic equivalent of the block scheduler's order (not a static stride: causal key tiles differ in length, and a
@@ -146,9 +216,13 @@ __device__ __forceinline__ BwdWorkRange grid_work(const BwdParams& p) {
 __device__ __forceinline__ int claim_next_item(const BwdParams& p) {
   return static_cast<int>(gridDim.x) + atomicAdd(p.work_counter, 1);
 }
+__device__ __forceinline__ GridItem grid_item(const BwdParams& p) {
+  const int x = static_cast<int>(blockIdx.x), y = static_cast<int>(blockIdx.y);
+  return p.group_parts > 1 ? GridItem{y, x} : GridItem{x, y};
+}
 template <bool kMasked>
 __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
-  return key_tile_of_launch<kMasked>(p, static_cast<int>(blockIdx.x));
+  return key_tile_of_launch<kMasked>(p, grid_item(p).launch);
 }
 #endif
 
@@ -221,6 +295,27 @@ FLASH4_HD QRange q_range(const Shape& p, int n_block) {
     if (target > 0 && target < m_count) m_first = target;
   }
   return {m_lo, m_count, m_first};
+}
+
+// Q-tile steps of one query head over the key tiles of one (batch entry, kv head), for tiles of Tile::kBlockM
+// queries x Tile::kBlockN keys: the longest key tile's and their sum (bwd_group_parts' model). TileShape names a
+// tile by its sizes where the host chooses it at run time.
+struct KeyTileSteps {
+  long long longest = 0, total = 0;
+};
+template <int kM, int kN>
+struct TileShape {
+  static constexpr int kBlockM = kM, kBlockN = kN;
+};
+template <class Tile, class Shape>
+FLASH4_HD KeyTileSteps key_tile_steps(const Shape& p) {
+  KeyTileSteps steps;
+  for (int n = 0; n < p.n_blocks; ++n) {
+    const long long count = q_range<Tile>(p, n).m_count;
+    steps.longest = max_of(steps.longest, count);
+    steps.total += count;
+  }
+  return steps;
 }
 
 // Deterministic mode without a mask: whether the rotated order runs for a (batch, kv head) of n_blocks key tiles

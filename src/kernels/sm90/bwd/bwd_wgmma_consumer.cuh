@@ -71,14 +71,14 @@ struct BwdWgmmaConsumer {
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
                                                       int wg, int n_block,
-                                                      int hkv, int b, QRange range, PipelineState<kStages>& st,
+                                                      int slot, int b, QRange range, PipelineState<kStages>& st,
                                                       PipelineState<kDqBuffers>& dq_buf, uint32_t& kv_loads) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int n0 = n_block * kBlockN;
     const int key_row = n0 + wg * 64 + warp * 16 + g;  // keys of accumulator rows: key_row and key_row + 8
-    const int iterations = p.group * range.m_count;
+    const int iterations = group_part(p, slot).heads * range.m_count;  // the item's query heads x Q tiles
     // This warpgroup's dQ piece: rows dq_row0 .. +63 of the Q tile, columns dq_col0 .. +63.
     constexpr bool kSplitRows = Tile::kDqSplitRows;
     const int dq_row0 = kSplitRows ? wg * 64 : 0;
@@ -251,7 +251,7 @@ struct BwdWgmmaConsumer {
     }
 
     // ---- dK = scale * sum dS^T Q, dV = sum P^T dO ----
-    store_dk_dv<Element, kHeadDim>(p, e, acc_dk, acc_dv, b, hkv, key_row, 0, t);
+    store_dk_dv<Element, kHeadDim>(p, e, acc_dk, acc_dv, b, slot, key_row, 0, t);
   }
 };
 

@@ -20,17 +20,18 @@ namespace flash4::sm90::bwd {
 // earlier items). `Kernel` gives the tile constants and its SharedStorage the dq pieces and dq_full / dq_empty.
 template <class Kernel, bool kMasked, class Storage, class Entry>
 __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, Storage& s, const Entry& e, int writer,
-                                            int n_block, int hkv, int b, QRange range, uint32_t tiles_before) {
+                                            int n_block, int slot, int b, QRange range, uint32_t tiles_before) {
   using Tile = typename Kernel::Tile;
   constexpr int kBlockM = Kernel::kBlockM, kConsumers = Kernel::kConsumers, kDqBuffers = Kernel::kDqBuffers;
   const BwdParams& p = P.p;
   constexpr bool kSplitRows = Tile::kDqSplitRows;
-  const int iterations = p.group * range.m_count;
+  const GroupPart gp = group_part(p, slot);
+  const int iterations = gp.heads * range.m_count;
   const int stage = writer;
   // This writer's tiles of the item (bwd_schedule.h: the consumers stage tile T in buffer T % kDqBuffers).
   for (int it = dq_writer_first_tile(writer, tiles_before, kDqBuffers); it < iterations; it += kDqBuffers) {
     const uint32_t phase = dq_phase(tiles_before + static_cast<uint32_t>(it), kDqBuffers);
-    const int h = hkv * p.group + it / range.m_count;
+    const int h = gp.h_first + it / range.m_count;
     const int m_block = range.m_block(it % range.m_count);
     int* semaphore = nullptr;
     if (p.deterministic) {

@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
 
 // Launches the masked or unmasked kernel. Kernels with kPersistent (launched only with a work counter, outside
 // deterministic mode: launch_bwd_wgmma): one CTA per SM on a 1-D grid, each claiming work items until none are
-// left (bwd_schedule.h). Otherwise one CTA per item on a (n_blocks, heads_kv, batch) grid: the key step is the
-// fastest grid index, so in deterministic mode a CTA waits only on CTAs of the same (kv head, batch) with lower
+// left (bwd_schedule.h). Otherwise one CTA per item on a (n_blocks, kv slots, batch) grid (kv_slots: the kv heads
+// times the GQA group's parts; item_grid puts the slots first where the group is split, outside deterministic
+// mode): the key step is the fastest grid index, so in deterministic mode a CTA waits only on CTAs of the same (kv head, batch) with lower
 // linear block indices, which are therefore already scheduled.
 template <class Masked, class Unmasked>
 void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
@@ -47,7 +48,8 @@ void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStre
   if (items >= (1LL << 31)) {  // refused by cuda_can_backward before anything runs
     throw Error(Status::kNotSupported, "flash4::backward: more than 2^31 work items for the GPU");
   }
-  dim3 grid(params.p.n_blocks, params.p.heads_kv, params.p.batch);
+  const GridDims dims = item_grid(params.p);
+  dim3 grid(dims.x, dims.y, dims.z);
   if constexpr (Masked::kPersistent) {
     if (params.p.work_counter == nullptr) {
       throw Error(Status::kInternal, "flash4::backward: a persistent kernel launched without a work counter");

@@ -1,8 +1,9 @@
 // The Hopper backward main kernel on TMA + wgmma (the mma.sync kernel in bwd_mma_sync_kernel.cuh remains the fallback for
 // what this one does not cover, see bwd_api.cu). Tiles: bwd_wgmma_config.h.
 //
-// Each CTA owns kBlockN = 128 keys of one (batch, kv head) and loops over every query head of its GQA group and
-// every Q tile that can see the keys (mask-aware interval, same rule as the mma.sync kernel). Roles:
+// Each CTA owns kBlockN = 128 keys of one (batch, kv head) and loops over the query heads of its GQA group (all of
+// them, or its part of them where the host splits the group: bwd_schedule.h, GroupPart) and every Q tile that
+// can see the keys (mask-aware interval, same rule as the mma.sync kernel). Roles:
 //   warpgroup 0, warp 0   producer: K, V once (TMA); then per Q tile Q and dO (TMA) into a 2-stage ring, and
 //                         LSE * log2e and D (plain loads by the 32 lanes into shared memory, +inf / 0 past the
 //                         end of the sequence). `full` completes on the TMA bytes plus 32 lane arrivals; `empty`
@@ -31,7 +32,8 @@
 //                          they do not add into the same rows at once.
 //     dK  += dS^T Q        wgmma RS, as dV with dS^T and Q
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
-//   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head.
+//   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head; a split group
+//   writes fp32 partials instead, summed in order by bwd_group_reduce_kernel.
 //
 // Where the operands live and the shared-memory traffic per Q tile (both consumers, bytes, d = 128, kBlockM = 64):
 //   K, V    shared for the whole CTA (loaded once);   S^T / dP^T read K_w, V_w: 2 * 2 * 16 KB = 64 KB
@@ -187,15 +189,16 @@ struct BwdWgmmaKernel {
   // One CTA per work item, the item from the grid position (deterministic order: bwd_schedule.h): each role runs
   // its item function once, with fresh pipeline state (no item loop: ptxas keeps the per-item values in registers).
   static __device__ __forceinline__ void run_one_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup) {
-    const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const GridItem item = grid_item(P.p);
+    const int slot = item.slot, b = static_cast<int>(blockIdx.z);  // slot: GroupPart
     const auto& e = entry(P.p, b);
-    const int n_block = key_tile(e, static_cast<int>(blockIdx.x));
+    const int n_block = key_tile(e, item.launch);
     const QRange range = range_of(e, n_block);
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, e, n_block, hkv, b, range);
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaKernel>(P, s, e, n_block, slot, b, range);
       else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= kDqBuffers)
-        write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, static_cast<int>(threadIdx.x) / 32 - 1, n_block, hkv, b,
+        write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, static_cast<int>(threadIdx.x) / 32 - 1, n_block, slot, b,
                                                range, 0);
     } else {
       setmaxnreg_inc<240>();
@@ -203,10 +206,10 @@ struct BwdWgmmaKernel {
       PipelineState<kDqBuffers> dq_buf;
       uint32_t kv_loads = 0;
       if (P.p.softcap > 0.0f) {
-        Consumer::template consume_item<true>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf,
+        Consumer::template consume_item<true>(P, s, e, warpgroup - 1, n_block, slot, b, range, st, dq_buf,
                                               kv_loads);
       } else {
-        Consumer::template consume_item<false>(P, s, e, warpgroup - 1, n_block, hkv, b, range, st, dq_buf,
+        Consumer::template consume_item<false>(P, s, e, warpgroup - 1, n_block, slot, b, range, st, dq_buf,
                                                kv_loads);
       }
     }
@@ -231,7 +234,7 @@ struct BwdWgmmaKernel {
       const BwdWork item = work_item<kMasked>(P.p, w);
       const auto& e = entry(P.p, item.b);
       const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;  // persistent: the key step itself
-      produce_item<BwdWgmmaKernel>(P, s, e, n_block, item.hkv, item.b, range_of(e, n_block), ring, kv_loads);
+      produce_item<BwdWgmmaKernel>(P, s, e, n_block, item.slot, item.b, range_of(e, n_block), ring, kv_loads);
       int next = work.total;
       if (lane == 0) next = claim_next_item(P.p);
       w = __shfl_sync(0xffffffffu, next, 0);
@@ -264,8 +267,8 @@ struct BwdWgmmaKernel {
       const auto& e = entry(P.p, item.b);
       const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
       const QRange range = range_of(e, n_block);
-      write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, writer, n_block, item.hkv, item.b, range, tiles_before);
-      tiles_before += static_cast<uint32_t>(P.p.group * range.m_count);
+      write_dq_item<BwdWgmmaKernel, kMasked>(P, s, e, writer, n_block, item.slot, item.b, range, tiles_before);
+      tiles_before += static_cast<uint32_t>(group_part(P.p, item.slot).heads * range.m_count);
     }
   }
   template <bool kSoftcap>
@@ -279,7 +282,7 @@ struct BwdWgmmaKernel {
       const BwdWork item = work_item<kMasked>(P.p, w);
       const auto& e = entry(P.p, item.b);
       const int n_block = kPacked ? key_tile(e, item.n_block) : item.n_block;
-      Consumer::template consume_item<kSoftcap>(P, s, e, wg, n_block, item.hkv, item.b, range_of(e, n_block), st,
+      Consumer::template consume_item<kSoftcap>(P, s, e, wg, n_block, item.slot, item.b, range_of(e, n_block), st,
                                                 dq_buf, kv_loads);
     }
   }

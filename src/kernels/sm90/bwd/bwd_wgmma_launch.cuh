@@ -12,7 +12,7 @@
 
 namespace flash4::sm90 {
 
-// Launches the kernel on a (n_blocks, heads_kv, batch) grid (n_blocks in units of the tile's kBlockN); the caller
+// Launches the kernel on a (n_blocks, kv slots, batch) grid (n_blocks in units of the tile's kBlockN); the caller
 // guarantees all three are >= 1 and that params.p.m_blocks counts the tile's kBlockM rows. At d = 64 / 128,
 // persistent CTAs when the caller set a work counter (bwd_api.cu: outside deterministic mode, where
 // bwd_persistent_pays), else one CTA per work item.

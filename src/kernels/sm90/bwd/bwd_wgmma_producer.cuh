@@ -26,7 +26,8 @@ __device__ __forceinline__ void init_producer_barriers(Storage& s) {
   if constexpr (Kernel::kPersistent) mbarrier::init(&s.kv_empty, Kernel::kConsumers * 128);
 }
 
-// The producer warp of the wgmma backward kernels, one work item: K, V (TMA) on kv_full; then per Q tile Q and dO
+// The producer warp of the wgmma backward kernels, one work item (key tile n_block, kv slot `slot`: GroupPart):
+// K, V (TMA) on kv_full; then per Q tile Q and dO
 // (TMA) into the ring and LSE * log2e and D by the 32 lanes (+inf / 0 past the sequence). `Kernel` gives the tile
 // constants and its SharedStorage the k, v, q, dout, lse, dsum tiles and the kv_full / full / empty barriers.
 // `ring` and `kv_loads` carry over from the CTA's previous item (a persistent CTA): with Kernel::kPersistent, K and
@@ -35,14 +36,15 @@ __device__ __forceinline__ void init_producer_barriers(Storage& s) {
 // BwdSequence in a packed one: rows from its offsets, LSE / D valid for its own queries).
 template <class Kernel, class Storage, class Entry>
 __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s, const Entry& e, int n_block,
-                                             int hkv, int b, QRange range, PipelineState<Kernel::kStages>& ring,
+                                             int slot, int b, QRange range, PipelineState<Kernel::kStages>& ring,
                                              uint32_t& kv_loads) {
   // K, Q: kChunks 64-column chunks per row; V, dO: the first kChunksV of them (fewer where v is narrower).
   constexpr int kChunks = Kernel::kChunks, kChunksV = Kernel::kChunksV;
   constexpr int kBlockM = Kernel::kBlockM, kBlockN = Kernel::kBlockN;
   const BwdParams& p = P.p;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int iterations = p.group * range.m_count;
+  const GroupPart gp = group_part(p, slot);  // the kv head and the item's query heads
+  const int iterations = gp.heads * range.m_count;
   if (iterations == 0) return;  // the consumers write dK = dV = 0 and touch no shared tile
   auto load_kv = [&] {
     if (lane != 0) return;
@@ -53,8 +55,8 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int key0 = e.k_offset + n_block * kBlockN, kb = e.packed_k ? 0 : b;
-      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, key0, hkv, kb, &s.kv_full);
-      if (c < kChunksV) tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, key0, hkv, kb, &s.kv_full);
+      tma::load_4d(&s.k[c][0][0], &P.tma_k, c * 64, key0, gp.hkv, kb, &s.kv_full);
+      if (c < kChunksV) tma::load_4d(&s.v[c][0][0], &P.tma_v, c * 64, key0, gp.hkv, kb, &s.kv_full);
     }
   };
   if (lane == 0 && kv_loads == 0) {
@@ -64,7 +66,7 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
   // The first item loads K, V first. A later one first puts its first Q tile into the stage that the consumers
   // freed while they still work on the previous item's last tile, and only then waits for them to release K, V.
   auto load_tile = [&](int it) {
-    const int h = hkv * p.group + it / range.m_count;
+    const int h = gp.h_first + it / range.m_count;
     const int m0 = range.m_block(it % range.m_count) * kBlockM;
     mbarrier::wait(&s.empty[ring.stage], ring.phase ^ 1u);  // a fresh barrier counts as released
     if (lane == 0) {
@@ -104,10 +106,10 @@ __device__ __forceinline__ void produce_item(const BwdWgmmaParams& P, Storage& s
 // One CTA, one work item (a kernel without kPersistent).
 template <class Kernel, class Storage, class Entry>
 __device__ __forceinline__ void produce_tiles(const BwdWgmmaParams& P, Storage& s, const Entry& e, int n_block,
-                                              int hkv, int b, QRange range) {
+                                              int slot, int b, QRange range) {
   PipelineState<Kernel::kStages> ring;
   uint32_t kv_loads = 0;
-  produce_item<Kernel>(P, s, e, n_block, hkv, b, range, ring, kv_loads);
+  produce_item<Kernel>(P, s, e, n_block, slot, b, range, ring, kv_loads);
 }
 
 }  // namespace flash4::sm90::bwd

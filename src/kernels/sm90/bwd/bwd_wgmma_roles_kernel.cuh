@@ -116,22 +116,22 @@ struct BwdWgmmaRolesKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int hkv = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    const int slot = grid_item(P.p).slot, b = static_cast<int>(blockIdx.z);  // slot: GroupPart
     if constexpr (kPacked) {
-      run_item(P, s, warpgroup, entry_of<kBlockM, kBlockN>(P.p, b), hkv, b);
+      run_item(P, s, warpgroup, entry_of<kBlockM, kBlockN>(P.p, b), slot, b);
     } else {
-      run_item(P, s, warpgroup, P.p, hkv, b);
+      run_item(P, s, warpgroup, P.p, slot, b);
     }
   }
 
   // The CTA's item in batch entry `e` (the params themselves in a dense launch: bwd_schedule.h, BwdSequence).
   template <class Entry>
   static __device__ __forceinline__ void run_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup,
-                                                  const Entry& e, int hkv, int b) {
+                                                  const Entry& e, int slot, int b) {
     int n_block;  // deterministic order: bwd_schedule.h
     QRange range;
     if constexpr (kPacked) {
-      n_block = entry_key_tile<kMasked>(e, static_cast<int>(blockIdx.x));
+      n_block = entry_key_tile<kMasked>(e, grid_item(P.p).launch);
       range = entry_q_range<Tile>(e, n_block);
     } else {
       n_block = grid_n_block<kMasked>(P.p);
@@ -139,10 +139,10 @@ struct BwdWgmmaRolesKernel {
     }
     if (warpgroup == 0) {
       setmaxnreg_dec<24>();
-      if (threadIdx.x < 32) produce_tiles<BwdWgmmaRolesKernel>(P, s, e, n_block, hkv, b, range);
+      if (threadIdx.x < 32) produce_tiles<BwdWgmmaRolesKernel>(P, s, e, n_block, slot, b, range);
     } else {
       setmaxnreg_inc<240>();
-      consume(P, s, e, warpgroup - 1, n_block, hkv, b, range);
+      consume(P, s, e, warpgroup - 1, n_block, slot, b, range);
     }
   }
 
@@ -200,20 +200,21 @@ struct BwdWgmmaRolesKernel {
   // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all of v's columns, its share of dQ (add_dq).
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
-                                                int n_block, int hkv, int b, QRange range,
+                                                int n_block, int slot, int b, QRange range,
                                                 float (&acc_dv)[kHeadDimV / 2]) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;
     const int n0 = n_block * kBlockN;
     const int key_row = n0 + warp * 16 + lane / 4;  // keys of accumulator rows: key_row and key_row + 8
-    const int iterations = p.group * range.m_count;
+    const GroupPart gp = group_part(p, slot);  // the item's query heads
+    const int iterations = gp.heads * range.m_count;
 
     mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     for (int it = 0; it < iterations; ++it) {
-      const int h = hkv * p.group + it / range.m_count;
+      const int h = gp.h_first + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
@@ -271,12 +272,13 @@ struct BwdWgmmaRolesKernel {
   // share of dQ (add_dq).
   template <class Entry>
   static __device__ __forceinline__ void dp_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
-                                                 int n_block, int hkv, int b, QRange range,
+                                                 int n_block, int slot, int b, QRange range,
                                                  float (&acc_dk)[kHeadDim / 2]) {
     const BwdParams& p = P.p;
     const int tid = static_cast<int>(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;
-    const int iterations = p.group * range.m_count;
+    const GroupPart gp = group_part(p, slot);  // the item's query heads
+    const int iterations = gp.heads * range.m_count;
 
     // stmatrix lane addresses inside the 64 x 64 dS tile (rows = queries, 128 bytes of keys, 128B swizzle), as in
     // bwd_wgmma_kernel.cuh: lane L gives row 8 (L / 16) + L % 8 (+ 16 k-step) of matrix L / 8, whose keys start at
@@ -288,7 +290,7 @@ struct BwdWgmmaRolesKernel {
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     for (int it = 0; it < iterations; ++it) {
-      const int h = hkv * p.group + it / range.m_count;
+      const int h = gp.h_first + it / range.m_count;
       const int m_block = range.m_block(it % range.m_count);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
@@ -336,7 +338,7 @@ struct BwdWgmmaRolesKernel {
 
   template <class Entry>
   static __device__ __forceinline__ void consume(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e, int wg,
-                                                 int n_block, int hkv, int b, QRange range) {
+                                                 int n_block, int slot, int b, QRange range) {
     const BwdParams& p = P.p;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = (static_cast<int>(threadIdx.x) % 128) / 32;
     const int key_row = n_block * kBlockN + warp * 16 + lane / 4;
@@ -347,23 +349,23 @@ struct BwdWgmmaRolesKernel {
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
     float(&acc_v)[kHeadDimV / 2] = *reinterpret_cast<float(*)[kHeadDimV / 2]>(&acc[0]);  // dV: v's columns
-    if (p.group * range.m_count > 0) {
+    if (range.m_count > 0) {
       if (wg == kSWarpgroup) {
         // One loop per softcap case, so that each loop's registers hold only its own element-wise pass.
-        if (p.softcap > 0.0f) s_loop<true>(P, s, e, n_block, hkv, b, range, acc_v);
-        else s_loop<false>(P, s, e, n_block, hkv, b, range, acc_v);
+        if (p.softcap > 0.0f) s_loop<true>(P, s, e, n_block, slot, b, range, acc_v);
+        else s_loop<false>(P, s, e, n_block, slot, b, range, acc_v);
       } else {
-        dp_loop(P, s, e, n_block, hkv, b, range, acc);
+        dp_loop(P, s, e, n_block, slot, b, range, acc);
       }
     }
 
     // ---- dV = sum P^T dO (S warpgroup), dK = scale * sum dS^T Q (dP warpgroup) ----
     if (wg == kSWarpgroup) {
-      store_key_rows<Element, kHeadDimV>(e, p.dv, p.dv_stride, acc_v, 1.0f, b, hkv, key_row, 0, p.head_dim_v,
-                                         lane % 4);
+      store_item_key_rows<Element, kHeadDimV>(p, e, p.dv, p.dv_stride, p.dv_partial, acc_v, 1.0f, b, slot, key_row,
+                                              0, p.head_dim_v, lane % 4);
     } else {
-      store_key_rows<Element, kHeadDim>(e, p.dk, p.dk_stride, acc, p.softmax_scale, b, hkv, key_row, 0, p.head_dim,
-                                        lane % 4);
+      store_item_key_rows<Element, kHeadDim>(p, e, p.dk, p.dk_stride, p.dk_partial, acc, p.softmax_scale, b, slot,
+                                             key_row, 0, p.head_dim, lane % 4);
     }
   }
 };

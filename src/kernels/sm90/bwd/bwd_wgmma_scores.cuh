@@ -2,7 +2,10 @@
 // the mask (shared by bwd_wgmma_kernel.cuh and bwd_wgmma_roles_kernel.cuh).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/device_math.cuh"
 #include "kernels/sm90/pack.cuh"
 
@@ -91,18 +94,40 @@ __device__ __forceinline__ void store_key_rows(const Entry& e, void* base, const
   for (int i = 0; i < kCols / 2; i += 2) {
     const int j = key_row + 8 * ((i / 2) % 2);
     if (j >= e.seqlen_k || col0 + 8 * (i / 4) >= width) continue;
-    *reinterpret_cast<uint32_t*>(g + (e.k_offset + j) * stride.seq + 8 * (i / 4)) =
-        pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
+    Element* at = g + (e.k_offset + j) * stride.seq + 8 * (i / 4);
+    if constexpr (std::is_same_v<Element, float>) {  // a split group's fp32 partial
+      *reinterpret_cast<float2*>(at) = make_float2(acc[i] * scale, acc[i + 1] * scale);
+    } else {
+      *reinterpret_cast<uint32_t*>(at) = pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
+    }
   }
 }
 
-// dK = softmax_scale * acc_dk and dV = acc_dv (store_key_rows).
+// The dK or dV rows of the work item in kv slot `slot` (bwd_schedule.h, GroupPart): into the output `out` when the
+// item has its whole GQA group, else into its part's fp32 partial (bwd_group_reduce.cuh sums the parts).
+template <class Element, int kCols, class Entry>
+__device__ __forceinline__ void store_item_key_rows(const BwdParams& p, const Entry& e, void* out,
+                                                    const BshdStrides& stride, float* partial,
+                                                    const float (&acc)[kCols / 2], float scale, int b, int slot,
+                                                    int key_row, int col0, int width, int t) {
+  const GroupPart gp = group_part(p, slot);
+  if (p.group_parts == 1) {
+    store_key_rows<Element, kCols>(e, out, stride, acc, scale, b, gp.hkv, key_row, col0, width, t);
+  } else {
+    store_key_rows<float, kCols>(e, partial + gp.part * partial_part_elements(p, width), partial_strides(p, width),
+                                 acc, scale, b, gp.hkv, key_row, col0, width, t);
+  }
+}
+
+// dK = softmax_scale * acc_dk and dV = acc_dv (store_item_key_rows).
 template <class Element, int kCols, class Entry>
 __device__ __forceinline__ void store_dk_dv(const BwdParams& p, const Entry& e, const float (&acc_dk)[kCols / 2],
-                                            const float (&acc_dv)[kCols / 2], int b, int hkv, int key_row, int col0,
+                                            const float (&acc_dv)[kCols / 2], int b, int slot, int key_row, int col0,
                                             int t) {
-  store_key_rows<Element, kCols>(e, p.dk, p.dk_stride, acc_dk, p.softmax_scale, b, hkv, key_row, col0, p.head_dim, t);
-  store_key_rows<Element, kCols>(e, p.dv, p.dv_stride, acc_dv, 1.0f, b, hkv, key_row, col0, p.head_dim_v, t);
+  store_item_key_rows<Element, kCols>(p, e, p.dk, p.dk_stride, p.dk_partial, acc_dk, p.softmax_scale, b, slot,
+                                      key_row, col0, p.head_dim, t);
+  store_item_key_rows<Element, kCols>(p, e, p.dv, p.dv_stride, p.dv_partial, acc_dv, 1.0f, b, slot, key_row, col0,
+                                      p.head_dim_v, t);
 }
 
 }  // namespace flash4::sm90::bwd
