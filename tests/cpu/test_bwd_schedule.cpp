@@ -288,11 +288,14 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
   long long total = 0;
   for (int n = 0; n < 32; ++n) total += 64 - 2 * n;
   EXPECT_GE(bwd_group_parts(32, 64, total, 8, kSms, false), full);
-  for (int group : {2, 3, 6, 7, 12, 16})
-    for (long long items : {1LL, 10LL, 64LL, 131LL, 200LL}) {
-      const int parts = bwd_group_parts(items, 16, items * 16, group, kSms, false);
-      EXPECT_TRUE(parts >= 1 && group % parts == 0) << "group " << group << " items " << items;
-    }
+  for (int group : {2, 3, 6, 7, 12, 16, 64, 256})
+    for (long long items : {1LL, 10LL, 64LL, 131LL, 200LL})
+      for (bool causal : {false, true}) {
+        const long long total = causal ? items * 8 : items * 16;  // causal: the longest item twice the average
+        const int parts = bwd_group_parts(items, 16, total, group, kSms, false);
+        EXPECT_TRUE(parts >= 1 && group % parts == 0) << "group " << group << " items " << items;
+        EXPECT_TRUE(parts == 1 || items * parts <= 4LL * kSms) << "group " << group << " items " << items;
+      }
   // 128 full items already fill 132 SMs: a split would only add partials.
   EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms, false), 1);
 }

@@ -150,13 +150,15 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 // steps: time(parts) = max(longest item / parts, total / min(SMs, items * parts)) * (1 + 0.04 (parts - 1)), the
 // last factor the partials' traffic (measured in docs/performance.md); the cheapest parts wins, ties to fewer.
 // Deterministic mode keeps whole groups (its results must not depend on the batch around a sequence), as do
-// problems whose items fill the GPU several times over. `longest` and `total`: Q-tile steps of one query head.
+// problems whose items fill the GPU several times over; and items x parts stays within 4 x SMs, which bounds the
+// partials (about 70 MB at most: 528 items of 128 keys x 1 KB of dK + dV per key at d = 128, or 64 x 2 KB at 256)
+// whatever the group size. `longest` and `total`: Q-tile steps of one query head.
 FLASH4_HD int bwd_group_parts(long long items, long long longest, long long total, int group, int sms,
                               bool deterministic) {
   if (deterministic || group <= 1 || items <= 0 || longest <= 0 || sms <= 0 || items >= 4LL * sms) return 1;
   int best = 1;
   double best_time = 0.0;
-  for (int parts = 1; parts <= group; ++parts) {
+  for (int parts = 1; parts <= group && items * parts <= 4LL * sms; ++parts) {
     if (group % parts != 0) continue;
     const double busy = static_cast<double>(min_of(static_cast<long long>(sms), items * parts));
     const double work = static_cast<double>(total) * group;  // over all items: total per head x the group
