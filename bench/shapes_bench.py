@@ -13,6 +13,7 @@ Prints one JSON object per line: {"meta": ...}, then one record per (shape, pass
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +94,7 @@ def main():
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--impls", default="flash4,fa4,cudnn")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warm-ms", type=float, default=100.0)
     ap.add_argument("--backward", action="store_true", help="also time the backward (forward+grad minus forward)")
     args = ap.parse_args()
@@ -159,7 +160,7 @@ def main():
                 if name in errors:
                     rec["error"] = errors[name]
                 elif times[(name, p)]:
-                    t = sorted(times[(name, p)])[len(times[(name, p)]) // 2]
+                    t = statistics.median(times[(name, p)])
                     flops = fwd_flops * (2.5 if p == "backward" else 1.0)
                     rec.update(ms=round(t, 4), tflops=round(flops / t / 1e9, 1),
                                ms_rounds=[round(x, 4) for x in times[(name, p)]])
