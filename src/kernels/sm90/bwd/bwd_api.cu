@@ -39,7 +39,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "api/backends.h"
 #include "kernels/cuda_check.h"
@@ -212,16 +211,16 @@ void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int hea
 template <class Element>
 void launch_group_reduce(const sm90::BwdParams& params, const TensorView& dk, const TensorView& dv, cudaStream_t s) {
   using namespace flash4::sm90::bwd;
-  const std::pair<const TensorView*, std::pair<const float*, int>> outputs[] = {
-      {&dk, {params.dk_partial, params.head_dim}}, {&dv, {params.dv_partial, params.head_dim_v}}};
-  for (const auto& [out, partial] : outputs) {
-    const int64_t blocks = (int64_t{params.seqlen_k} * (partial.second / 8) + kPrepostThreads - 1) / kPrepostThreads;
+  auto reduce = [&](const float* partial, const TensorView& out, int width) {
+    const int64_t blocks = (int64_t{params.seqlen_k} * (width / 8) + kPrepostThreads - 1) / kPrepostThreads;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.heads_kv),
                     static_cast<unsigned>(params.batch));
-    bwd_group_reduce_kernel<Element><<<grid, kPrepostThreads, 0, s>>>(params, partial.first, out->data,
-                                                                       strides_of(*out), partial.second);
+    bwd_group_reduce_kernel<Element><<<grid, kPrepostThreads, 0, s>>>(params, partial, out.data, strides_of(out),
+                                                                       width);
     FLASH4_CUDA_CHECK_LAUNCH();
-  }
+  };
+  reduce(params.dk_partial, dk, params.head_dim);
+  reduce(params.dv_partial, dv, params.head_dim_v);
 }
 
 // How many parts each GQA group's work items take (bwd_schedule.h, bwd_group_parts): the wgmma kernels outside
@@ -230,7 +229,7 @@ int group_parts_for(const sm90::BwdParams& params, int block_m, int block_n) {
   using namespace flash4::sm90::bwd;
   const int sms = detail::current_device_sm_count();
   const long long items = static_cast<long long>(params.n_blocks) * params.heads_kv * params.batch;
-  if (params.deterministic || params.group <= 1 || items >= 4LL * sms) return 1;
+  if (params.deterministic || params.group <= 1 || items >= 4LL * sms) return 1;  // spares key_tile_steps' loop
   const KeyTileSteps steps = block_m == 128   ? key_tile_steps<TileShape<128, 128>>(params)
                              : block_n == 128 ? key_tile_steps<TileShape<64, 128>>(params)
                                               : key_tile_steps<TileShape<64, 64>>(params);

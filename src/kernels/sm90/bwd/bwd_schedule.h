@@ -156,12 +156,12 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 FLASH4_HD int bwd_group_parts(long long items, long long longest, long long total, int group, int sms,
                               bool deterministic) {
   if (deterministic || group <= 1 || items <= 0 || longest <= 0 || sms <= 0 || items >= 4LL * sms) return 1;
+  const double work = static_cast<double>(total) * group;  // over all items: total per head x the group
   int best = 1;
   double best_time = 0.0;
   for (int parts = 1; parts <= group && items * parts <= 4LL * sms; ++parts) {
     if (group % parts != 0) continue;
     const double busy = static_cast<double>(min_of(static_cast<long long>(sms), items * parts));
-    const double work = static_cast<double>(total) * group;  // over all items: total per head x the group
     const double time = max_of(static_cast<double>(longest) * group / parts, work / busy) *
                         (1.0 + 0.04 * (parts - 1));
     if (parts == 1 || time < best_time) {
