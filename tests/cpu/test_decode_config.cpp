@@ -3,6 +3,9 @@
 // stages, and the split heuristic gives the documented counts (docs/kvcache.md).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "kernels/sm90/decode/decode_config.h"
 
 namespace flash4::sm90::decode {
@@ -30,6 +33,45 @@ TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {
   check_tile<256, 4>();
   EXPECT_EQ((DecodeTile<128, 1>::kStages), 3);
   EXPECT_EQ((DecodeTile<128, 1>::kCtasPerSm), 2);
+}
+
+// The chunk swizzle: within a row a permutation of the row's own chunks; the 8 rows of an ldmatrix phase (same
+// logical chunk) and the 8 chunks of a quarter-warp's cp.async writes each hit 8 distinct 16-byte bank groups.
+template <int kHeadDim>
+void check_swizzle() {
+  using Tile = DecodeTile<kHeadDim, 1>;
+  constexpr int kChunks = kHeadDim / 8;
+  SCOPED_TRACE("d " + std::to_string(kHeadDim));
+  for (int row = 0; row < kBlockN; ++row) {
+    std::vector<bool> seen(kChunks, false);
+    for (int c = 0; c < kChunks; ++c) {
+      const int off = Tile::offset(row, c);
+      ASSERT_EQ(off / Tile::kRowBytes, row);
+      ASSERT_EQ(off % 16, 0);
+      const int physical = off % Tile::kRowBytes / 16;
+      EXPECT_FALSE(seen[physical]);
+      seen[physical] = true;
+    }
+  }
+  for (int row0 = 0; row0 < kBlockN; row0 += 8)
+    for (int c = 0; c < kChunks; ++c) {
+      std::vector<bool> by_rows(8, false), by_chunks(8, false);
+      for (int r = 0; r < 8; ++r) {
+        const int group = Tile::offset(row0 + r, c) / 16 % 8;  // 16-byte bank group of 32 banks
+        EXPECT_FALSE(by_rows[group]);
+        by_rows[group] = true;
+        const int chunk = c / 8 * 8 + r;
+        const int group2 = Tile::offset(row0 + c % 8, chunk) / 16 % 8;
+        EXPECT_FALSE(by_chunks[group2]);
+        by_chunks[group2] = true;
+      }
+    }
+}
+
+TEST(DecodeConfig, SwizzledRowsAreConflictFree) {
+  check_swizzle<64>();
+  check_swizzle<128>();
+  check_swizzle<256>();
 }
 
 TEST(DecodeConfig, SplitHeuristic) {

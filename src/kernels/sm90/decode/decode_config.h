@@ -34,12 +34,16 @@ struct DecodeTile {
   static_assert(kWarpsM * kWarpsN == kWarps && kKeysPerWarp % 16 == 0, "P V needs whole k16 steps per warp");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "64, 128 or 256");
 
-  // Shared rows padded by 16 bytes: 8 consecutive rows start 16 bytes apart modulo 128, so each 8-row ldmatrix
-  // phase and each quarter-warp of 16-byte cp.async hit 32 distinct banks.
-  static constexpr int kLd = kHeadDim + 8;                 // elements per shared row of Q, K, V
-  static constexpr int kTileBytes = kBlockN * kLd * 2;     // one K or V block, (kBlockN, kLd) 16-bit
+  // Shared rows of Q, K and V are unpadded, (rows, kHeadDim) 16-bit, with each row's 16-byte chunk index XORed by
+  // row % 8: the 8 rows of an ldmatrix phase and the 16-byte cp.async writes of a quarter-warp then hit 32 distinct
+  // banks, and a row's chunks land in shared memory in row order, so each warp's cp.async requests cover whole
+  // 128-byte lines of the cache (padded rows split them: half as many L2 sectors again per byte).
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kTileBytes = kBlockN * kRowBytes;   // one K or V block, (kBlockN, kHeadDim) 16-bit
   static constexpr int kStageBytes = 2 * kTileBytes;       // K and V of one block
-  static constexpr int kQBytes = kBlockM * kLd * 2;        // (kBlockM, kLd) 16-bit
+  static constexpr int kQBytes = kBlockM * kRowBytes;      // (kBlockM, kHeadDim) 16-bit
+  // Byte offset of 16-byte chunk `chunk` of row `row` in a Q, K or V tile.
+  static constexpr int offset(int row, int chunk) { return row * kRowBytes + ((chunk ^ (row & 7)) << 4); }
   // The end-of-loop merge reuses the stages: every warp's unnormalized O, (kWarps, 16, kHeadDim + 4) fp32 (rows
   // padded so the float2 stores of a quad's rows do not collide), and per (warp, row) max, sum and weight.
   static constexpr int kMergeLd = kHeadDim + 4;
@@ -51,8 +55,8 @@ struct DecodeTile {
   static constexpr int kCtasPerSm = (kWarpsM == 1 && kHeadDim <= 128) ? 2 : 1;
   static constexpr int kBudget =
       kCtasPerSm == 2 ? kSmemPerSm / 2 - kSmemReservedPerCta : kMaxSmemPerCta;
-  // As many stages as the budget holds (memory-bound: the bytes in flight per SM set the bandwidth): d = 64 5
-  // stages, d = 128 3, d = 256 3 (16 rows) or 2 (64 rows); up to kMaxStages.
+  // As many stages as the budget holds (memory-bound: the bytes in flight per SM set the bandwidth): d = 64 6
+  // stages (16 rows) or 8 (64 rows), d = 128 3 or 6, d = 256 3; up to kMaxStages.
   static constexpr int kStagesFit = (kBudget - kQBytes - kRowStatBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
   static_assert(kStages >= 2, "a pipeline needs two stages");

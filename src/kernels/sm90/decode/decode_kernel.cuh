@@ -9,7 +9,8 @@
 //   4. per block: S = Q K^T, online softmax (exp2, fp32), O += P V on mma.sync (decode_warp.cuh), the element mask
 //      only on blocks that need it (the split's last block, and blocks crossing a window or causal edge);
 //   5. the epilogue (decode_epilogue.cuh): out and lse directly with one split, else a partial O and LSE.
-// Shared memory (decode_config.h): stages (kStages, K | V, kBlockN, kLd) 16-bit, Q (kBlockM, kLd) 16-bit, row stats.
+// Shared memory (decode_config.h): stages (kStages, K | V, kBlockN, kHeadDim) 16-bit, Q (kBlockM, kHeadDim)
+// 16-bit (rows chunk-swizzled), row stats.
 // Nothing reads device-resident lengths, page numbers or cache rows unclamped (KvCacheProblem, PagedKeys), and no
 // host synchronisation is needed: the launch is CUDA-graph capturable.
 #pragma once
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   constexpr int kStages = Tile::kStages;
   // The combine kernel (a programmatic dependent) may launch now: it waits for this grid before reading.
   grid_dependency_launch_dependents();
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];  // 128-byte aligned: SwizzledLane's addresses
   const uint32_t s_base = smem_addr(smem);
   const uint32_t s_q = s_base + Tile::kOffQ;
 
@@ -76,9 +77,9 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   w.init();
   const int g = lane / 4, t = lane % 4;
   const int64_t i_row[2] = {(row0 + 16 * wm + g) / p.group, (row0 + 16 * wm + g + 8) / p.group};
-  const uint32_t q_lane = s_q + LaneAddresses<Tile>::q(lane, 16 * wm);
-  const uint32_t k_lane = LaneAddresses<Tile>::k(lane, wn * Tile::kKeysPerWarp);
-  const uint32_t v_lane = Tile::kTileBytes + LaneAddresses<Tile>::v(lane, wn * Tile::kKeysPerWarp);
+  const SwizzledLane<Tile> q_lane = LaneAddresses<Tile>::q(lane, 16 * wm).in(s_q);
+  const SwizzledLane<Tile> k_lane = LaneAddresses<Tile>::k(lane, wn * Tile::kKeysPerWarp);
+  const SwizzledLane<Tile> v_lane = LaneAddresses<Tile>::v(lane, wn * Tile::kKeysPerWarp);
 
   int stage = 0, load_stage = kStages - 1;  // the stage computed now, and the one the next load fills
   for (int block = 0; block < n_blocks; ++block) {
@@ -93,10 +94,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
     const bool masked = j0 + kBlockN - 1 > hi ||
                         (windowed && mask.block_needs_mask(i_first, i_last, j0, j0 + kBlockN - 1));
     float s[Tile::kKeyFrags][4];
-    w.scores(q_lane, stage_k(stage) + k_lane, s);
+    w.scores(q_lane, k_lane.in(stage_k(stage)), s);
     w.transform(s, p.score, masked, mask, i_row, j0 + wn * Tile::kKeysPerWarp + 2 * t, hi);
     w.softmax(s);
-    w.accumulate(s, stage_k(stage) + v_lane);
+    w.accumulate(s, v_lane.in(stage_k(stage) + Tile::kTileBytes));
 
     stage = stage + 1 == kStages ? 0 : stage + 1;
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;

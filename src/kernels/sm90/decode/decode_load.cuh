@@ -14,7 +14,8 @@
 namespace flash4::sm90::decode {
 
 // Rows [row0, row0 + kBlockM) of the packed (query, group head) rows of sequence b, KV head hkv, into s_q
-// (kBlockM, kLd) 16-bit; rows >= rows_valid and columns >= head_dim (a kernel wider than d) are zeros.
+// (kBlockM, kHeadDim) 16-bit, swizzled (DecodeTile::offset); rows >= rows_valid and columns >= head_dim (a kernel
+// wider than d) are zeros.
 template <class Element, class Tile>
 __device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int64_t b, int hkv, int group,
                                             int row0, int rows_valid, int head_dim) {
@@ -26,12 +27,12 @@ __device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int
     const int packed = row0 + (r < rows_valid ? r : 0);
     const int64_t i = packed / group, h = int64_t{hkv} * group + packed % group;
     const Element* src = base + b * q.stride_0 + i * q.stride_1 + h * q.stride_h + (valid ? col : 0);
-    cp_async_16(s_q + (r * Tile::kLd + col) * 2, src, valid ? 16 : 0);
+    cp_async_16(s_q + Tile::offset(r, col / 8), src, valid ? 16 : 0);
   }
 }
 
 // Keys [j0, j0 + kBlockN) of the sequence (cache rows through `keys`), KV head hkv, into one stage: K at s_k,
-// V at s_v, each (kBlockN, kLd) 16-bit. Keys > last and columns >= p.head_dim are zeros.
+// V at s_v, each (kBlockN, kHeadDim) 16-bit, swizzled. Keys > last and columns >= p.head_dim are zeros.
 template <class Element, class Tile>
 __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const DecodeParams& p,
                                               const detail::PagedKeys& keys, int hkv, int64_t j0, int64_t last) {
@@ -39,6 +40,9 @@ __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const 
   constexpr int kRowsPerPass = kThreads / kChunks;  // 16 (d = 64), 8 (128), 4 (256)
   static_assert(kBlockN % kRowsPerPass == 0, "whole rows per pass");
   const int r0 = static_cast<int>(threadIdx.x) / kChunks, col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+  // Row r0 + pass * kRowsPerPass differs from row r0 in its bits 0-2 by (pass * kRowsPerPass) % 8 (r0 <
+  // kRowsPerPass when a pass is under 8 rows), so its swizzled chunk is the first row's XORed by that.
+  const uint32_t first = Tile::offset(r0, col / 8);
   // A chunk past the head dim is zero-filled from a valid address (the row's first chunk).
   const bool col_valid = col < p.head_dim;
   const int src_col = col_valid ? col : 0;
@@ -53,7 +57,7 @@ __device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const 
     const detail::CacheRow at = keys.at(j <= last ? j : j0);
     const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
     const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
-    const uint32_t offset = (r * Tile::kLd + col) * 2;
+    const uint32_t offset = (first ^ (((pass * kRowsPerPass) & 7) << 4)) + pass * kRowsPerPass * Tile::kRowBytes;
     cp_async_16_line(s_k + offset, k_src, valid ? 16 : 0);
     cp_async_16_line(s_v + offset, v_src, valid ? 16 : 0);
   }

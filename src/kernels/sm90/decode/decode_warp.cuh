@@ -20,11 +20,29 @@
 
 namespace flash4::sm90::decode {
 
+// One lane's ldmatrix addresses in a swizzled tile (DecodeTile::offset): row `row` (kept modulo 8 by every row
+// step the callers add: multiples of 16), starting at 16-byte chunk `chunk` (0 or 1) of each 16-column step kc.
+// The swizzle permutes chunks only within a 128-byte group and the row's own bits sit above that group, so in a
+// tile placed at a 128-byte aligned shared address, step kc is step 0's address with bits 5-6 XORed by kc % 4,
+// plus kc / 4 groups: one register per operand, and nothing for the compiler to keep across blocks.
+template <class Tile>
+struct SwizzledLane {
+  uint32_t first;  // step 0: a byte offset in the tile, or (at) a shared address
+  __device__ __forceinline__ SwizzledLane(int row, int chunk) : first(Tile::offset(row, chunk)) {}
+  // This lane's addresses in the tile at shared address `tile` (128-byte aligned).
+  __device__ __forceinline__ SwizzledLane in(uint32_t tile) const {
+    SwizzledLane at = *this;
+    at.first += tile;
+    return at;
+  }
+  __device__ __forceinline__ uint32_t at(int kc) const { return (first ^ ((kc % 4) << 5)) + (kc / 4) * 128; }
+};
+
 template <class Element, class Tile>
 struct DecodeWarp {
   static constexpr int kDimFrags = Tile::kHeadDim / 8;  // n8 fragments of O
   static constexpr int kKeyFrags = Tile::kKeyFrags;     // n8 fragments of S
-  static constexpr int kRowBytes = Tile::kLd * 2;
+  static constexpr int kRowBytes = Tile::kRowBytes;
 
   // Q's A fragments stay in registers for the whole key loop up to d = 128 (32 registers; at d = 256 they would
   // not fit beside O), so a block's S starts without waiting for shared-memory loads of Q.
@@ -43,16 +61,18 @@ struct DecodeWarp {
   }
 
   // Q's fragments into registers (kQInRegisters), once Q has landed in shared memory.
-  __device__ __forceinline__ void load_q(uint32_t s_q_lane) {
+  __device__ __forceinline__ void load_q(const SwizzledLane<Tile>& q_lane) {
     if constexpr (kQInRegisters) {
 #pragma unroll
-      for (int kc = 0; kc < Tile::kHeadDim / 16; ++kc) ldsm_x4(s_q_lane + kc * 32, q[kc]);
+      for (int kc = 0; kc < Tile::kHeadDim / 16; ++kc) ldsm_x4(q_lane.at(kc), q[kc]);
     }
   }
 
-  // S = Q K^T. s_q_lane / s_k_lane: this lane's ldmatrix addresses in the warp's Q rows and key slice. Even and odd
-  // k-steps accumulate separately and are added at the end: two dependent mma chains of half the length.
-  __device__ __forceinline__ void scores(uint32_t s_q_lane, uint32_t s_k_lane, float (&s)[kKeyFrags][4]) const {
+  // S = Q K^T through this lane's addresses in the Q tile (the warp's rows) and the stage's K tile (the warp's key
+  // slice). Even and odd k-steps accumulate separately and are added at the end: two dependent mma chains of half
+  // the length.
+  __device__ __forceinline__ void scores(const SwizzledLane<Tile>& q_lane, const SwizzledLane<Tile>& k_lane,
+                                         float (&s)[kKeyFrags][4]) const {
     float odd[kKeyFrags][4];
 #pragma unroll
     for (int f = 0; f < kKeyFrags; ++f)
@@ -65,13 +85,13 @@ struct DecodeWarp {
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = q[kc][r];
       } else {
-        ldsm_x4(s_q_lane + kc * 32, a);
+        ldsm_x4(q_lane.at(kc), a);
       }
       float (&acc)[kKeyFrags][4] = kc % 2 == 0 ? s : odd;
 #pragma unroll
       for (int kp = 0; kp < kKeyFrags / 2; ++kp) {
         uint32_t b[4];  // keys 16 kp .. +7: b[0], b[1]; keys +8 .. +15: b[2], b[3]
-        ldsm_x4(s_k_lane + kp * 16 * kRowBytes + kc * 32, b);
+        ldsm_x4(k_lane.at(kc) + kp * 16 * kRowBytes, b);
         mma_16816<Element>(acc[2 * kp], a, b[0], b[1]);
         mma_16816<Element>(acc[2 * kp + 1], a, b[2], b[3]);
       }
@@ -144,8 +164,8 @@ struct DecodeWarp {
     }
   }
 
-  // O += P V. s_v_lane: this lane's ldmatrix.trans address in the warp's key slice of V.
-  __device__ __forceinline__ void accumulate(const float (&p)[kKeyFrags][4], uint32_t s_v_lane) {
+  // O += P V through this lane's ldmatrix.trans addresses in the stage's V tile (the warp's key slice).
+  __device__ __forceinline__ void accumulate(const float (&p)[kKeyFrags][4], const SwizzledLane<Tile>& v_lane) {
 #pragma unroll
     for (int kk = 0; kk < kKeyFrags / 2; ++kk) {
       const uint32_t a[4] = {pack2<Element>(p[2 * kk][0], p[2 * kk][1]), pack2<Element>(p[2 * kk][2], p[2 * kk][3]),
@@ -154,7 +174,7 @@ struct DecodeWarp {
 #pragma unroll
       for (int dp = 0; dp < Tile::kHeadDim / 16; ++dp) {
         uint32_t b[4];  // dims 16 dp .. +7: b[0], b[1]; dims +8 .. +15: b[2], b[3]
-        ldsm_x4_trans(s_v_lane + kk * 16 * kRowBytes + dp * 32, b);
+        ldsm_x4_trans(v_lane.at(dp) + kk * 16 * kRowBytes, b);
         mma_16816<Element>(o[2 * dp], a, b[0], b[1]);
         mma_16816<Element>(o[2 * dp + 1], a, b[2], b[3]);
       }
@@ -171,20 +191,21 @@ struct DecodeWarp {
   }
 };
 
-// This lane's ldmatrix addresses (byte offsets into a (rows, kLd) 16-bit tile), for the layouts of mma_sync.cuh.
+// This lane's ldmatrix addresses (byte offsets into a swizzled (rows, kHeadDim) tile), for the layouts of
+// mma_sync.cuh.
 template <class Tile>
 struct LaneAddresses {
   // Q as the A operand: matrices (rows 0-7 | 8-15) x (cols 0-7 | 8-15) in a0..a3 order.
-  static __device__ __forceinline__ uint32_t q(int lane, int row0) {
-    return ((row0 + (lane & 15)) * Tile::kLd + (lane >> 4) * 8) * 2;
+  static __device__ __forceinline__ SwizzledLane<Tile> q(int lane, int row0) {
+    return SwizzledLane<Tile>(row0 + (lane & 15), lane >> 4);
   }
   // K as the B operand of S = Q K^T: (keys 0-7, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, ...).
-  static __device__ __forceinline__ uint32_t k(int lane, int key0) {
-    return ((key0 + (lane & 7) + ((lane >> 4) << 3)) * Tile::kLd + ((lane >> 3) & 1) * 8) * 2;
+  static __device__ __forceinline__ SwizzledLane<Tile> k(int lane, int key0) {
+    return SwizzledLane<Tile>(key0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   }
   // V as the B operand of O += P V (transposed): (keys 0-7, dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, 8-15), ...
-  static __device__ __forceinline__ uint32_t v(int lane, int key0) {
-    return ((key0 + (lane & 15)) * Tile::kLd + (lane >> 4) * 8) * 2;
+  static __device__ __forceinline__ SwizzledLane<Tile> v(int lane, int key0) {
+    return SwizzledLane<Tile>(key0 + (lane & 15), lane >> 4);
   }
 };
 
