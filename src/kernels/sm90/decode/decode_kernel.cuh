@@ -5,7 +5,8 @@
 //   2. keys: the keys some row of the tile sees (common/mask.h), cut into `splits` parts of whole 64-key blocks
 //      (common/split_kv.h); the CTA walks its part;
 //   3. a kStages-deep cp.async ring of K/V blocks (kStages - 1 blocks in flight while one is computed; 64-128 KB
-//      per CTA, 1-2 CTAs per SM: the bytes in flight that HBM's latency asks for at full bandwidth);
+//      per CTA, 1-2 CTAs per SM: the bytes in flight that HBM's latency asks for at full bandwidth); with 16 rows
+//      each warp copies and waits for its own key slice of every block, so warps never wait for each other;
 //   4. per block: S = Q K^T, online softmax (exp2, fp32), O += P V on mma.sync (decode_warp.cuh), the element mask
 //      only on blocks that need it (the split's last block, and blocks crossing a window or causal edge);
 //   5. the epilogue (decode_epilogue.cuh): out and lse directly with one split, else a partial O and LSE.
@@ -59,10 +60,20 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   const detail::PagedKeys keys = p.kv.keys(b);
   const bool windowed = p.kv.window().any();
 
+  // With 16 rows each warp reads only its own kKeysPerWarp keys of every block, so each warp copies its slice
+  // itself and its ring needs no CTA barrier (one __syncwarp per block); with 64 rows every warp reads the whole
+  // block and the CTA copies it together.
+  constexpr bool kWarpRing = Tile::kWarpsN == Tile::kWarps;
   auto stage_k = [&](int stage) { return s_base + Tile::kOffStages + stage * Tile::kStageBytes; };
   auto load_block = [&](int block, int stage) {
-    load_kv_block<Element, Tile>(stage_k(stage), stage_k(stage) + Tile::kTileBytes, p, keys, hkv,
-                                 lo + int64_t{block} * kBlockN, hi);
+    const int64_t j0 = lo + int64_t{block} * kBlockN;
+    if constexpr (kWarpRing) {
+      load_kv_rows<Element, Tile, 32, Tile::kKeysPerWarp>(stage_k(stage), stage_k(stage) + Tile::kTileBytes, p,
+                                                          keys, hkv, j0, wn * Tile::kKeysPerWarp, hi, lane);
+    } else {
+      load_kv_rows<Element, Tile, kThreads, kBlockN>(stage_k(stage), stage_k(stage) + Tile::kTileBytes, p, keys,
+                                                     hkv, j0, 0, hi, static_cast<int>(threadIdx.x));
+    }
   };
 
   // Prologue: Q and the first kStages - 1 blocks, one commit group per block (Q rides with the first).
@@ -84,7 +95,13 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   int stage = 0, load_stage = kStages - 1;  // the stage computed now, and the one the next load fills
   for (int block = 0; block < n_blocks; ++block) {
     cp_async_wait<kStages - 2>();  // this block's group has landed (for this thread) ...
-    __syncthreads();               // ... for every thread; and every warp is done with the stage loaded next
+    // ... for every thread that copied it (Q: the whole CTA, with the first block); and every reader is done
+    // with the stage loaded next.
+    if (!kWarpRing || block == 0) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
     if (block + kStages - 1 < n_blocks) load_block(block + kStages - 1, load_stage);
     cp_async_commit();             // an empty group at the tail keeps the wait count uniform
     if (block == 0) w.load_q(q_lane);  // Q rode with the first block's group

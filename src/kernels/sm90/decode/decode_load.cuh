@@ -1,8 +1,8 @@
 // The decode kernel's global -> shared copies (cp.async, 16 bytes per thread and instruction): the CTA's Q rows
-// once, and one block of kBlockN keys of K and V per pipeline stage. Keys are found row by row through the
-// sequence's PagedKeys (common/paged_keys.h), so a contiguous cache, pages of any size in any order, and a block
-// that straddles pages all take the same path; rows outside [first, last] are zero-filled (a zero V row times a
-// zero P adds nothing, where an unread cache row could hold NaN).
+// once, and per pipeline stage the rows of a block of kBlockN keys of K and V (all of them, or one warp's slice).
+// Keys are found row by row through the sequence's PagedKeys (common/paged_keys.h), so a contiguous cache, pages
+// of any size in any order, and a block that straddles pages all take the same path; rows outside [first, last]
+// are zero-filled (a zero V row times a zero P adds nothing, where an unread cache row could hold NaN).
 #pragma once
 
 #include <cstdint>
@@ -31,27 +31,29 @@ __device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int
   }
 }
 
-// Keys [j0, j0 + kBlockN) of the sequence (cache rows through `keys`), KV head hkv, into one stage: K at s_k,
-// V at s_v, each (kBlockN, kHeadDim) 16-bit, swizzled. Keys > last and columns >= p.head_dim are zeros.
-template <class Element, class Tile>
-__device__ __forceinline__ void load_kv_block(uint32_t s_k, uint32_t s_v, const DecodeParams& p,
-                                              const detail::PagedKeys& keys, int hkv, int64_t j0, int64_t last) {
+// Rows [row0, row0 + kRows) of the block of keys starting at j0 (cache rows through `keys`), KV head hkv, into
+// one stage: K at s_k, V at s_v, each (kBlockN, kHeadDim) 16-bit, swizzled. Copied by kLoaders threads, `loader`
+// being this thread's index among them: the whole CTA for a whole block, or one warp for its own key slice.
+// Keys > last and columns >= p.head_dim are zeros. row0 is a multiple of 8.
+template <class Element, class Tile, int kLoaders, int kRows>
+__device__ __forceinline__ void load_kv_rows(uint32_t s_k, uint32_t s_v, const DecodeParams& p,
+                                             const detail::PagedKeys& keys, int hkv, int64_t j0, int row0,
+                                             int64_t last, int loader) {
   constexpr int kChunks = Tile::kHeadDim / 8;
-  constexpr int kRowsPerPass = kThreads / kChunks;  // 16 (d = 64), 8 (128), 4 (256)
-  static_assert(kBlockN % kRowsPerPass == 0, "whole rows per pass");
-  const int r0 = static_cast<int>(threadIdx.x) / kChunks, col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
-  // Row r0 + pass * kRowsPerPass differs from row r0 in its bits 0-2 by (pass * kRowsPerPass) % 8 (r0 <
-  // kRowsPerPass when a pass is under 8 rows), so its swizzled chunk is the first row's XORed by that.
-  const uint32_t first = Tile::offset(r0, col / 8);
+  constexpr int kRowsPerPass = kLoaders / kChunks;  // CTA: 16 (d = 64), 8 (128), 4 (256); warp: 4, 2, 1
+  static_assert(kRows % kRowsPerPass == 0, "whole rows per pass");
+  const int r0 = loader / kChunks, col = (loader % kChunks) * 8;
+  // Row row0 + r0 + pass * kRowsPerPass differs from row row0 + r0 in its bits 0-2 by (pass * kRowsPerPass) % 8
+  // (r0 < kRowsPerPass when a pass is under 8 rows), so its swizzled chunk is the first row's XORed by that.
+  const uint32_t first = Tile::offset(row0 + r0, col / 8);
   // A chunk past the head dim is zero-filled from a valid address (the row's first chunk).
   const bool col_valid = col < p.head_dim;
   const int src_col = col_valid ? col : 0;
   const Element* k_base = static_cast<const Element*>(p.k_cache.data) + hkv * p.k_cache.stride_h + src_col;
   const Element* v_base = static_cast<const Element*>(p.v_cache.data) + hkv * p.v_cache.stride_h + src_col;
 #pragma unroll
-  for (int pass = 0; pass < kBlockN / kRowsPerPass; ++pass) {
-    const int r = r0 + pass * kRowsPerPass;
-    const int64_t j = j0 + r;
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const int64_t j = j0 + row0 + r0 + pass * kRowsPerPass;
     const bool valid = j <= last && col_valid;
     // One page lookup per row serves K and V (both caches share the geometry).
     const detail::CacheRow at = keys.at(j <= last ? j : j0);

@@ -16,6 +16,7 @@
 
 #include "hw/sm90/mbarrier.cuh"
 #include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/shared_atomic.cuh"
 #include "hw/sm90/setmaxnreg.cuh"
 #include "kernels/sm90/fwd/fwd_mainloop.cuh"
 #include "kernels/sm90/fwd/fwd_mainloop_stream.cuh"
@@ -68,7 +69,7 @@ struct FwdKernel {
         // producer rewrites the buffer's tile_id for a later tile after q_empty, and atomics keep racecheck from
         // flagging the (mbarrier-ordered) reuse.
         int t = 0;
-        if (threadIdx.x % 32 == 0) t = atomicAdd(&s.tile_id[qst.stage], 0);
+        if (threadIdx.x % 32 == 0) t = shared_atomic_load(&s.tile_id[qst.stage]);
         t = __shfl_sync(0xffffffffu, t, 0);
         if (t < 0) break;
         FwdMainloop<Traits>::consume(p, s, warpgroup - 1, scheduler.tile(t), qst.stage, st);

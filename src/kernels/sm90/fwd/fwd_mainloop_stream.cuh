@@ -5,6 +5,7 @@
 // stored after it. Within a tile the steps are consume()'s (intra-warpgroup overlap, two P buffers).
 #pragma once
 
+#include "hw/sm90/shared_atomic.cuh"
 #include "kernels/sm90/fwd/fwd_mainloop.cuh"
 
 namespace flash4::sm90 {
@@ -55,7 +56,7 @@ struct FwdStreamMainloop {
     auto fetch = [&](ConsumerTile& c) {
       mbarrier::wait(&s.q_full[qst.stage], qst.phase);
       int t = 0;
-      if (lane == 0) t = atomicAdd(&s.tile_id[qst.stage], 0);  // one atomic read per warp (see FwdKernel::run)
+      if (lane == 0) t = shared_atomic_load(&s.tile_id[qst.stage]);  // one read per warp (see FwdKernel::run)
       t = __shfl_sync(0xffffffffu, t, 0);
       if (t < 0) return false;
       c = consumer_tile(p, wg, scheduler.tile(t), qst.stage);

@@ -11,6 +11,7 @@
 
 #include "hw/sm90/mbarrier.cuh"
 #include "hw/sm90/pipeline_state.cuh"
+#include "hw/sm90/shared_atomic.cuh"
 #include "hw/sm90/tma.cuh"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
@@ -79,10 +80,10 @@ struct FwdProducer {
     auto load_q = [&](int t) {
       mbarrier::wait(&s.q_empty[qst.stage], qst.phase ^ 1u);  // a fresh barrier counts as released
       if (t >= scheduler.total()) {
-        atomicExch(&s.tile_id[qst.stage], -1);
+        shared_atomic_exchange(&s.tile_id[qst.stage], -1);
         mbarrier::arrive(&s.q_full[qst.stage]);  // completes the phase without data: consumers see -1 and stop
       } else {
-        atomicExch(&s.tile_id[qst.stage], t);
+        shared_atomic_exchange(&s.tile_id[qst.stage], t);
         const FwdTile tile = scheduler.tile(t);
         const detail::SequenceInfo si = p.seq.info(tile.batch);
         mbarrier::arrive_expect_tx(&s.q_full[qst.stage], Traits::kQBytes);
