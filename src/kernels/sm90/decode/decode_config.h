@@ -57,7 +57,10 @@ struct DecodeTile {
       kCtasPerSm == 2 ? kSmemPerSm / 2 - kSmemReservedPerCta : kMaxSmemPerCta;
   // As many stages as the budget holds (memory-bound: the bytes in flight per SM set the bandwidth): d = 64 6
   // stages (16 rows) or 8 (64 rows), d = 128 3 or 6, d = 256 3; up to kMaxStages.
-  static constexpr int kStagesFit = (kBudget - kQBytes - kRowStatBytes) / kStageBytes;
+  // The kernel rounds its dynamic shared memory's start up to 128 bytes (the swizzle's XOR addressing needs
+  // 128-byte aligned tiles; the runtime promises 16): up to kAlignSlack bytes are skipped.
+  static constexpr int kAlignSlack = 128;
+  static constexpr int kStagesFit = (kBudget - kAlignSlack - kQBytes - kRowStatBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
   static_assert(kStages >= 2, "a pipeline needs two stages");
   static constexpr int kPipeBytes = kStages * kStageBytes;
@@ -65,7 +68,7 @@ struct DecodeTile {
   static constexpr int kOffStages = 0;
   static constexpr int kOffQ = kPipeBytes;
   static constexpr int kOffStats = kOffQ + kQBytes;
-  static constexpr int kSmemBytes = kOffStats + kRowStatBytes;
+  static constexpr int kSmemBytes = kOffStats + kRowStatBytes + kAlignSlack;  // what the launch asks for
   static_assert(kSmemBytes <= kBudget, "shared memory of the CTAs per SM");
 };
 

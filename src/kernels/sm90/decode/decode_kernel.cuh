@@ -38,7 +38,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   constexpr int kStages = Tile::kStages;
   // The combine kernel (a programmatic dependent) may launch now: it waits for this grid before reading.
   grid_dependency_launch_dependents();
-  extern __shared__ __align__(128) unsigned char smem[];  // 128-byte aligned: SwizzledLane's addresses
+  extern __shared__ __align__(128) unsigned char smem_unaligned[];
+  // Tiles start on 128 bytes (SwizzledLane's addresses XOR bits 5-6); kSmemBytes includes the slack.
+  const uint32_t skip = (128u - smem_addr(smem_unaligned) % 128u) % 128u;
+  unsigned char* smem = smem_unaligned + skip;
   const uint32_t s_base = smem_addr(smem);
   const uint32_t s_q = s_base + Tile::kOffQ;
 
