@@ -32,6 +32,12 @@ struct PagedKeys {
     const int64_t row = j - page * page_size;
     return {clamp_slot(block_table[page > max_pages - 1 ? max_pages - 1 : page]), row};
   }
+  // Whether keys a <= b (both < capacity()) are rows of one page: one lookup then serves both and every key
+  // between them, at consecutive rows.
+  FLASH4_HD bool same_page(int64_t a, int64_t b) const {
+    if (block_table == nullptr) return true;
+    return page_shift >= 0 ? (a >> page_shift) == (b >> page_shift) : a / page_size == b / page_size;
+  }
   // Keys the sequence can hold.
   FLASH4_HD int64_t capacity() const { return block_table == nullptr ? page_size : page_size * max_pages; }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/paged_keys.h"
 #include "kernels/sm90/decode/decode_config.h"
 
 namespace flash4::sm90::decode {
@@ -72,6 +73,28 @@ TEST(DecodeConfig, SwizzledRowsAreConflictFree) {
   check_swizzle<64>();
   check_swizzle<128>();
   check_swizzle<256>();
+}
+
+// The loader's one-lookup path: keys a <= b are in one page exactly when one lookup of a gives b's row at the
+// same slot, b - a rows further (pages in shuffled order, power-of-two and other sizes, contiguous caches).
+TEST(DecodeConfig, SamePageMatchesLookups) {
+  const std::vector<int> table = {5, 2, 7, 0, 3, 6, 1, 4};
+  for (int page_size : {1, 3, 16, 24, 64, 256}) {
+    int shift = -1;
+    if ((page_size & (page_size - 1)) == 0)
+      for (shift = 0; (1 << shift) != page_size; ++shift) {
+      }
+    const detail::PagedKeys keys = detail::PagedKeys::paged(table.data(), page_size, 8, 8, shift);
+    const int64_t capacity = keys.capacity();
+    for (int64_t a = 0; a < capacity; a += 5)
+      for (int64_t b = a; b < capacity && b < a + 80; b += 3) {
+        const detail::CacheRow ra = keys.at(a), rb = keys.at(b);
+        const bool consecutive = ra.slot == rb.slot && rb.row - ra.row == b - a;
+        EXPECT_EQ(keys.same_page(a, b), consecutive) << "page " << page_size << " keys " << a << ", " << b;
+      }
+  }
+  const detail::PagedKeys contiguous = detail::PagedKeys::contiguous(3, 1000, 4);
+  EXPECT_TRUE(contiguous.same_page(0, 999));
 }
 
 TEST(DecodeConfig, SplitHeuristic) {

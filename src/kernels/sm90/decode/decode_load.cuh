@@ -51,11 +51,31 @@ __device__ __forceinline__ void load_kv_rows(uint32_t s_k, uint32_t s_v, const D
   const int src_col = col_valid ? col : 0;
   const Element* k_base = static_cast<const Element*>(p.k_cache.data) + hkv * p.k_cache.stride_h + src_col;
   const Element* v_base = static_cast<const Element*>(p.v_cache.data) + hkv * p.v_cache.stride_h + src_col;
+  const int64_t j_first = j0 + row0;  // the slice's first key
+  const int64_t j_end = j_first + kRows - 1 < last ? j_first + kRows - 1 : last;  // its last key that is read
+  if (j_first > last || keys.same_page(j_first, j_end)) {
+    // The slice's keys lie in one page (always, in a contiguous cache): one lookup, then rows at a fixed stride.
+    // Rows past `last` take the looked-up row's address (a valid one) and copy nothing.
+    const detail::CacheRow at = keys.at(j_first <= last ? j_first : j0);
+    const Element* k_row = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
+    const Element* v_row = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const int rows_on = r0 + pass * kRowsPerPass;  // from the slice's first key
+      const bool valid = j_first + rows_on <= last && col_valid;
+      const int64_t step = valid ? rows_on : 0;
+      const uint32_t offset =
+          (first ^ (((pass * kRowsPerPass) & 7) << 4)) + pass * kRowsPerPass * Tile::kRowBytes;
+      cp_async_16_line(s_k + offset, k_row + step * p.k_cache.stride_1, valid ? 16 : 0);
+      cp_async_16_line(s_v + offset, v_row + step * p.v_cache.stride_1, valid ? 16 : 0);
+    }
+    return;
+  }
+  // The slice straddles pages: one lookup per row, which serves K and V (both caches share the geometry).
 #pragma unroll
   for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-    const int64_t j = j0 + row0 + r0 + pass * kRowsPerPass;
+    const int64_t j = j_first + r0 + pass * kRowsPerPass;
     const bool valid = j <= last && col_valid;
-    // One page lookup per row serves K and V (both caches share the geometry).
     const detail::CacheRow at = keys.at(j <= last ? j : j0);
     const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
     const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
