@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hw/sm90/cp_async.cuh"
 #include "hw/sm90/mbarrier.cuh"
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/tma_map.h"
@@ -44,9 +45,9 @@ struct Args {
 
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool hint) {
   if (hint)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, 16;\n" ::"r"(dst), "l"(src) : "memory");
+    flash4::sm90::cp_async_16_line(dst, src, 16);
   else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 16;\n" ::"r"(dst), "l"(src) : "memory");
+    flash4::sm90::cp_async_16(dst, src, 16);
 }
 
 __device__ __forceinline__ void bulk_row(uint32_t dst, const void* src, uint32_t bar) {
@@ -120,17 +121,17 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a, const
 
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_block(s, s);
-    if constexpr (!kAsync) asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if constexpr (!kAsync) flash4::sm90::cp_async_commit();
   }
   unsigned acc = 0;
   int stage = 0, load_stage = kStages - 1;
   uint32_t phase = 0;
   for (int blk = 0; blk < n_blocks; ++blk) {
-    if constexpr (!kAsync) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+    if constexpr (!kAsync) flash4::sm90::cp_async_wait<kStages - 2>();
     else flash4::sm90::mbarrier::wait(&bars[stage], phase);
     __syncthreads();
     if (blk + kStages - 1 < n_blocks) load_block(blk + kStages - 1, load_stage);
-    if constexpr (!kAsync) asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if constexpr (!kAsync) flash4::sm90::cp_async_commit();
     // Consumer stand-in: every thread reads 4 x 16 bytes of K and of V of this stage.
     const unsigned char* st = smem + stage * kStageBytes;
 #pragma unroll

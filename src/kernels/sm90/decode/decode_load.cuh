@@ -1,8 +1,9 @@
 // The decode kernel's global -> shared copies (cp.async, 16 bytes per thread and instruction): the CTA's Q rows
 // once, and per pipeline stage the rows of a block of kBlockN keys of K and V (all of them, or one warp's slice).
-// Keys are found row by row through the sequence's PagedKeys (common/paged_keys.h), so a contiguous cache, pages
-// of any size in any order, and a block that straddles pages all take the same path; rows outside [first, last]
-// are zero-filled (a zero V row times a zero P adds nothing, where an unread cache row could hold NaN).
+// Keys are found through the sequence's PagedKeys (common/paged_keys.h): once per slice that lies in one page
+// (every slice of a contiguous cache), row by row for a slice that straddles pages, so a contiguous cache and pages
+// of any size in any order take the same loader; rows outside [first, last] are zero-filled (a zero V row times a
+// zero P adds nothing, where an unread cache row could hold NaN).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,9 @@ __device__ __forceinline__ void load_kv_rows(uint32_t s_k, uint32_t s_v, const D
   // Row row0 + r0 + pass * kRowsPerPass differs from row row0 + r0 in its bits 0-2 by (pass * kRowsPerPass) % 8
   // (r0 < kRowsPerPass when a pass is under 8 rows), so its swizzled chunk is the first row's XORed by that.
   const uint32_t first = Tile::offset(row0 + r0, col / 8);
+  auto stage_offset = [&](int pass) {  // the thread's destination in pass `pass`
+    return (first ^ (((pass * kRowsPerPass) & 7) << 4)) + pass * kRowsPerPass * Tile::kRowBytes;
+  };
   // A chunk past the head dim is zero-filled from a valid address (the row's first chunk).
   const bool col_valid = col < p.head_dim;
   const int src_col = col_valid ? col : 0;
@@ -64,10 +68,8 @@ __device__ __forceinline__ void load_kv_rows(uint32_t s_k, uint32_t s_v, const D
       const int rows_on = r0 + pass * kRowsPerPass;  // from the slice's first key
       const bool valid = j_first + rows_on <= last && col_valid;
       const int64_t step = valid ? rows_on : 0;
-      const uint32_t offset =
-          (first ^ (((pass * kRowsPerPass) & 7) << 4)) + pass * kRowsPerPass * Tile::kRowBytes;
-      cp_async_16_line(s_k + offset, k_row + step * p.k_cache.stride_1, valid ? 16 : 0);
-      cp_async_16_line(s_v + offset, v_row + step * p.v_cache.stride_1, valid ? 16 : 0);
+      cp_async_16_line(s_k + stage_offset(pass), k_row + step * p.k_cache.stride_1, valid ? 16 : 0);
+      cp_async_16_line(s_v + stage_offset(pass), v_row + step * p.v_cache.stride_1, valid ? 16 : 0);
     }
     return;
   }
@@ -79,9 +81,8 @@ __device__ __forceinline__ void load_kv_rows(uint32_t s_k, uint32_t s_v, const D
     const detail::CacheRow at = keys.at(j <= last ? j : j0);
     const Element* k_src = k_base + at.slot * p.k_cache.stride_0 + at.row * p.k_cache.stride_1;
     const Element* v_src = v_base + at.slot * p.v_cache.stride_0 + at.row * p.v_cache.stride_1;
-    const uint32_t offset = (first ^ (((pass * kRowsPerPass) & 7) << 4)) + pass * kRowsPerPass * Tile::kRowBytes;
-    cp_async_16_line(s_k + offset, k_src, valid ? 16 : 0);
-    cp_async_16_line(s_v + offset, v_src, valid ? 16 : 0);
+    cp_async_16_line(s_k + stage_offset(pass), k_src, valid ? 16 : 0);
+    cp_async_16_line(s_v + stage_offset(pass), v_src, valid ? 16 : 0);
   }
 }
 
