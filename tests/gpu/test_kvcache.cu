@@ -219,6 +219,38 @@ TEST(KvCacheGpu, PaddedHeadDims) {
   }
 }
 
+// Splits merged by the last CTA of each 16-row tile (decode_split_merge.cuh): split counts up to the limit (128)
+// and without a power of two, rows per tile from 1 to 16 (GQA 1:1, 3:1, 16:1, two queries of 8:1), every head
+// dim, the sink and the LSE, empty sequences; a single MQA sequence with the automatic count; and more tiles than
+// the counter pool's slice. The 64-row tile keeps the combine kernel (SpeculativeAndChunked, PaddedHeadDims).
+TEST(KvCacheGpu, LastSplitMerges) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256})
+    for (int splits : {2, 7, 33, 128}) {
+      run_case(with(spec(3, 1, 8, 8, {5000, 0, 1777}, d), [&](KvCaseSpec& s) {  // 1 row per tile
+        s.num_splits = splits;
+        s.sink = true;
+      }));
+      run_case(with(spec(2, 1, 6, 2, {4100, 300}, d, DType::kFloat16), [&](KvCaseSpec& s) {  // 3 rows
+        s.num_splits = splits;
+      }));
+      run_case(with(spec(1, 1, 16, 1, {9000}, d), [&](KvCaseSpec& s) {  // 16 rows
+        s.num_splits = splits;
+        s.sink = splits % 2 == 1;
+      }));
+      run_case(with(spec(2, 2, 16, 2, {3000, 65}, d), [&](KvCaseSpec& s) {  // 2 queries x 8 heads, causal
+        s.num_splits = splits;
+        s.causal = true;
+        s.page_size = 64;
+      }));
+    }
+  run_case(spec(1, 1, 4, 1, {100003}));  // automatic split count, one tile
+  // More tiles than a pooled slice of counters (decode_counters.h): counters zeroed in the workspace.
+  std::vector<int64_t> lengths(300);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>((i * 37) % 400);
+  run_case(with(spec(300, 1, 8, 4, lengths), [](KvCaseSpec& s) { s.num_splits = 3; }));
+}
+
 // Window, softcap and the learnable sink, contiguous (with cache_batch_idx and a scalar length) and paged.
 TEST(KvCacheGpu, MasksSoftcapSink) {
   FLASH4_REQUIRE_GPU();

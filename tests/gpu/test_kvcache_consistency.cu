@@ -1,7 +1,7 @@
 // The GPU KV-cache path against itself: a paged cache (shuffled pages) and a contiguous one holding the same keys
 // give the same bits; appending then attending gives the bits of attending over the concatenated cache; split
-// counts 1..64 agree within the rounding of P per split; out-of-range device-resident indices are clamped (no fault); a decode
-// step replays from a CUDA graph with the bits of a direct call.
+// counts 1..64 agree within the rounding of P per split; out-of-range device-resident indices are clamped (no
+// fault); a decode step replays from a CUDA graph with the bits of a direct call, replay after replay.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -160,8 +160,8 @@ TEST(KvCacheGpuConsistency, OutOfRangeDeviceIndicesClamped) {
   }
 }
 
-// A decode step (append with rotary, several splits and the combine) captured in a CUDA graph: no host
-// synchronisation inside, and the replay writes what a direct call writes.
+// A decode step (append with rotary, several splits and their merge) captured in a CUDA graph: no host
+// synchronisation inside, and every replay writes what a direct call writes.
 TEST(KvCacheGpuConsistency, CudaGraphCapture) {
   FLASH4_REQUIRE_GPU();
   FLASH4_TEST_RNG(rng);
@@ -184,12 +184,14 @@ TEST(KvCacheGpuConsistency, CudaGraphCapture) {
   forward_kvcache(call.args, stream);  // the same append again: same positions, same values
   FLASH4_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
   FLASH4_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  FLASH4_TEST_CUDA(cudaMemset(const_cast<void*>(call.args.out.data), 0xff, c.out.storage_bytes()));
-  FLASH4_TEST_CUDA(cudaGraphLaunch(exec, stream));
-  FLASH4_TEST_CUDA(cudaStreamSynchronize(stream));
-  FLASH4_TEST_CUDA(call.download());
-  EXPECT_TRUE(same_bits(out, c.out.to_double(), "out"));
-  EXPECT_TRUE(same_bits(lse, c.lse.to_double(), "lse"));
+  for (int replay = 0; replay < 3; ++replay) {  // the split merge's counters are left zero for the next replay
+    FLASH4_TEST_CUDA(cudaMemset(const_cast<void*>(call.args.out.data), 0xff, c.out.storage_bytes()));
+    FLASH4_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    FLASH4_TEST_CUDA(cudaStreamSynchronize(stream));
+    FLASH4_TEST_CUDA(call.download());
+    EXPECT_TRUE(same_bits(out, c.out.to_double(), "out")) << "replay " << replay;
+    EXPECT_TRUE(same_bits(lse, c.lse.to_double(), "lse")) << "replay " << replay;
+  }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -17,6 +17,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/decode/decode_config.h"
+#include "kernels/sm90/decode/decode_counters.h"
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/decode/decode_launch.h"
 #include "kernels/sm90/fwd/fwd_kvcache.h"
@@ -123,12 +124,24 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   };
   if (p.splits == 1) return launch(p);
 
-  // Partials: o (splits, batch, heads, seqlen_q, width) and lse (splits, batch, heads, seqlen_q), fp32.
+  // Partials: o (splits, batch, heads, seqlen_q, width) and lse (splits, batch, heads, seqlen_q), fp32. The 16-row
+  // tile's last CTA merges them (no combine kernel) with arrival counters from the pool (decode_counters.h), or
+  // from the workspace, zeroed on the stream, where the pool has none to give.
   const size_t part_rows = static_cast<size_t>(p.splits) * s.batch * s.heads * s.seqlen_q;
   const size_t o_bytes = (part_rows * width * 4 + 255) & ~size_t{255};
-  StreamWorkspace workspace(o_bytes + part_rows * 4, stream);
+  const size_t lse_bytes = (part_rows * 4 + 255) & ~size_t{255};
+  const size_t counter_count = wide ? 0 : static_cast<size_t>(s.batch * s.heads_kv * p.row_tiles);
+  StreamWorkspace workspace(o_bytes + lse_bytes + counter_count * sizeof(int), stream);
   p.o_partial = reinterpret_cast<float*>(workspace.data());
   p.lse_partial = reinterpret_cast<float*>(workspace.data() + o_bytes);
+  if (!wide) {
+    p.split_counters = sm90::decode::pooled_split_counters(counter_count, stream);
+    if (p.split_counters == nullptr) {
+      p.split_counters = reinterpret_cast<int*>(workspace.data() + o_bytes + lse_bytes);
+      FLASH4_CUDA_CHECK(cudaMemsetAsync(p.split_counters, 0, counter_count * sizeof(int), stream));
+    }
+    return launch(p);
+  }
   launch(p);
   CombineParams c;
   c.o_partial = p.o_partial;

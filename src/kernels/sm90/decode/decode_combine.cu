@@ -15,6 +15,7 @@
 #include "hw/sm90/grid_dependency.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/decode/decode_launch.h"
+#include "kernels/sm90/device_math.cuh"
 #include "kernels/sm90/pack.cuh"
 
 namespace flash4::sm90::decode {
@@ -23,17 +24,6 @@ namespace {
 constexpr int kWarpsPerCta = 4;
 constexpr int kSplitsPerLane = detail::kMaxSplits / 32;  // LSEs per lane
 static_assert(detail::kMaxSplits % 32 == 0, "whole lanes");
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
-  return x;
-}
 
 template <class Element, int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid_constant__ CombineParams p) {

@@ -2,7 +2,8 @@
 // merge their online-softmax states through shared memory, and the CTA stores its rows:
 //   one split:   out (Element) and lse, with the learnable sink folded in by the combine math of
 //                common/lse_combine.h (one part plus the sink), so no combine kernel runs;
-//   more splits: the normalized partial output and its LSE (fp32) for the combine kernel.
+//   more splits: the normalized partial output and its LSE (fp32); the tile's last split CTA then merges them
+//                (decode_split_merge.cuh), or, for the 64-row tile, the combine kernel does.
 // Rows of the merge: (kWarps, 16, kMergeLd) fp32 in the pipeline's shared memory (free once every load landed).
 #pragma once
 
@@ -13,21 +14,15 @@
 #include "common/lse_combine.h"
 #include "common/score_transform.h"
 #include "kernels/sm90/decode/decode_params.h"
+#include "kernels/sm90/decode/decode_split_merge.cuh"
 #include "kernels/sm90/decode/decode_warp.cuh"
 
 namespace flash4::sm90::decode {
 
-// Which output row a packed CTA row is: query i, head h of sequence b.
-struct RowTarget {
-  int64_t i, h;
-};
-__device__ __forceinline__ RowTarget row_target(int packed, int group, int hkv) {
-  return {packed / group, int64_t{hkv} * group + packed % group};
-}
-
 template <class Element, class Tile>
 __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Element, Tile>& w, unsigned char* smem,
-                                           int64_t b, int hkv, int split, int row0, int rows_valid) {
+                                           int64_t b, int hkv, int split, int row_tile, int row0,
+                                           int rows_valid) {
   constexpr int kLd = Tile::kMergeLd, kWarps = Tile::kWarps, kWarpsN = Tile::kWarpsN;
   float* s_o = reinterpret_cast<float*>(smem + Tile::kOffStages);        // (kWarps, 16, kLd)
   float* s_m = reinterpret_cast<float*>(smem + Tile::kOffStats);         // (kWarps, 16) row max, log2 units
@@ -117,6 +112,9 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
       *reinterpret_cast<float4*>(dst + col) = acc;
     }
   }
+  if constexpr (Tile::kBlockM == 16)
+    if (!direct && p.split_counters != nullptr)
+      merge_splits_if_last<Element, Tile>(p, smem, b, hkv, row_tile, row0, rows_valid);
 }
 
 }  // namespace flash4::sm90::decode

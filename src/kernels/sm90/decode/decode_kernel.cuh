@@ -9,7 +9,8 @@
 //      each warp copies and waits for its own key slice of every block, so warps never wait for each other;
 //   4. per block: S = Q K^T, online softmax (exp2, fp32), O += P V on mma.sync (decode_warp.cuh), the element mask
 //      only on blocks that need it (the split's last block, and blocks crossing a window or causal edge);
-//   5. the epilogue (decode_epilogue.cuh): out and lse directly with one split, else a partial O and LSE.
+//   5. the epilogue (decode_epilogue.cuh): out and lse directly with one split, else a partial O and LSE, which
+//      the tile's last split CTA merges (decode_split_merge.cuh) or, for 64-row tiles, the combine kernel.
 // Shared memory (decode_config.h): stages (kStages, K | V, kBlockN, kHeadDim) 16-bit, Q (kBlockM, kHeadDim)
 // 16-bit (rows chunk-swizzled), row stats.
 // Nothing reads device-resident lengths, page numbers or cache rows unclamped (KvCacheProblem, PagedKeys), and no
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using Tile = DecodeTile<kHeadDim, kWarpsM>;
   constexpr int kStages = Tile::kStages;
-  // The combine kernel (a programmatic dependent) may launch now: it waits for this grid before reading.
+  // The combine kernel, if any (a programmatic dependent), may launch now: it waits for this grid before reading.
   grid_dependency_launch_dependents();
   extern __shared__ __align__(128) unsigned char smem_unaligned[];
   // Tiles start on 128 bytes (SwizzledLane's addresses XOR bits 5-6); kSmemBytes includes the slack.
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the merge buffer
-  store_rows<Element, Tile>(p, w, smem, b, hkv, split, row0, rows_valid);
+  store_rows<Element, Tile>(p, w, smem, b, hkv, split, row_tile, row0, rows_valid);
 }
 
 }  // namespace flash4::sm90::decode

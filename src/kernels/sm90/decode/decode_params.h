@@ -30,6 +30,9 @@ struct DecodeParams {
   // o_partial (splits, batch, heads, seqlen_q, kernel width) fp32, lse_partial (splits, batch, heads, seqlen_q) fp32.
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
+  // One arrival counter per (sequence, KV head, row tile), zero at launch: with it the tile's last split CTA merges
+  // the parts (16-row tiles; decode_split_merge.cuh); without it (null) the combine kernel does.
+  int* split_counters = nullptr;
   int splits = 1;
   int group = 1;                    // query heads per KV head
   int rows = 0;                     // seqlen_q * group: packed rows per (sequence, KV head)

@@ -1,0 +1,62 @@
+// The decode split counters' per-device pool (decode_counters.h).
+#include "kernels/sm90/decode/decode_counters.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "kernels/cuda_check.h"
+
+namespace flash4::sm90::decode {
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr size_t kPoolInts = size_t{kCountersPerSlice} * (kEagerSlices + kCapturedSlices);
+
+struct CounterPool {
+  std::mutex mutex;                 // guards the allocation
+  std::atomic<int*> base{nullptr};  // kPoolInts zeroed ints: eager slices, then captured ones
+  std::atomic<uint32_t> next_eager{0};
+  std::atomic<uint32_t> next_captured{0};
+};
+
+CounterPool& pool_of(int device) {
+  static CounterPool pools[kMaxDevices];
+  return pools[device];
+}
+
+// The pool's memory, allocated and zeroed (then waited for, so that launches on other streams find it zero) on
+// first use; the pool lives as long as the process.
+int* allocate(CounterPool& pool, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  if (int* base = pool.base.load()) return base;
+  int* base = nullptr;
+  FLASH4_CUDA_CHECK(cudaMalloc(&base, kPoolInts * sizeof(int)));
+  FLASH4_CUDA_CHECK(cudaMemsetAsync(base, 0, kPoolInts * sizeof(int), stream));
+  FLASH4_CUDA_CHECK(cudaStreamSynchronize(stream));
+  pool.base.store(base);
+  return base;
+}
+
+}  // namespace
+
+int* pooled_split_counters(int64_t count, cudaStream_t stream) {
+  int device = 0;
+  FLASH4_CUDA_CHECK(cudaGetDevice(&device));
+  if (count > kCountersPerSlice || device < 0 || device >= kMaxDevices) return nullptr;
+  CounterPool& pool = pool_of(device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FLASH4_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    int* base = pool.base.load();
+    if (base == nullptr) return nullptr;  // allocating here would invalidate the capture
+    const uint32_t slice = pool.next_captured.fetch_add(1);
+    if (slice >= static_cast<uint32_t>(kCapturedSlices)) return nullptr;
+    return base + size_t{kCountersPerSlice} * (kEagerSlices + slice);
+  }
+  int* base = pool.base.load();
+  if (base == nullptr) base = allocate(pool, stream);
+  const uint32_t slice = pool.next_eager.fetch_add(1) % kEagerSlices;
+  return base + size_t{kCountersPerSlice} * slice;
+}
+
+}  // namespace flash4::sm90::decode

@@ -1,0 +1,25 @@
+// Arrival counters for the decode kernel's last-CTA split merge (decode_split_merge.cuh): a launch needs one zero
+// counter per (sequence, KV head, row tile), and its last CTA per tile sets the counter back to zero. Zeroing a
+// workspace on the stream (cudaMemsetAsync) would put a memset before every split launch (about 0.7 us at 1 x 8k),
+// so counters come from a per-device pool, zeroed once, whose slices stay zero between launches.
+// Slices: calls outside graph capture take the next of kEagerSlices in turn, so two launches share a slice only
+// when kEagerSlices calls apart run at the same time on different streams; each capture into a CUDA graph takes a
+// slice of its own for good (its replays may run beside any later call), kCapturedSlices of them. When no slice
+// fits (more counters than a slice holds, captures beyond that number, or a capture before the first eager call
+// allocated the pool) the caller zeroes counters in its workspace instead.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flash4::sm90::decode {
+
+inline constexpr int kCountersPerSlice = 1024;  // >= the work items of any automatic split (< 80 % of 2 x SMs)
+inline constexpr int kEagerSlices = 256;
+inline constexpr int kCapturedSlices = 256;
+
+// `count` zero counters for a launch on `stream` on the current device, or nullptr.
+int* pooled_split_counters(int64_t count, cudaStream_t stream);
+
+}  // namespace flash4::sm90::decode
