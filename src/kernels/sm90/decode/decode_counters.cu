@@ -25,14 +25,22 @@ CounterPool& pool_of(int device) {
 }
 
 // The pool's memory, allocated and zeroed (then waited for, so that launches on other streams find it zero) on
-// first use; the pool lives as long as the process.
+// first use; the pool lives as long as the process. nullptr where the runtime refuses (another thread capturing a
+// CUDA graph in global mode forbids the allocation): the caller falls back, and a later call tries again.
 int* allocate(CounterPool& pool, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(pool.mutex);
   if (int* base = pool.base.load()) return base;
   int* base = nullptr;
-  FLASH4_CUDA_CHECK(cudaMalloc(&base, kPoolInts * sizeof(int)));
-  FLASH4_CUDA_CHECK(cudaMemsetAsync(base, 0, kPoolInts * sizeof(int), stream));
-  FLASH4_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (cudaMalloc(&base, kPoolInts * sizeof(int)) != cudaSuccess) {
+    (void)cudaGetLastError();  // the refusal is answered by the fallback, not left for the next call to find
+    return nullptr;
+  }
+  if (cudaMemsetAsync(base, 0, kPoolInts * sizeof(int), stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFree(base);
+    return nullptr;
+  }
   pool.base.store(base);
   return base;
 }
@@ -55,6 +63,7 @@ int* pooled_split_counters(int64_t count, cudaStream_t stream) {
   }
   int* base = pool.base.load();
   if (base == nullptr) base = allocate(pool, stream);
+  if (base == nullptr) return nullptr;
   const uint32_t slice = pool.next_eager.fetch_add(1) % kEagerSlices;
   return base + size_t{kCountersPerSlice} * slice;
 }
