@@ -1,6 +1,7 @@
 // Merging partial attention results over disjoint parts of one row's keys by their log-sum-exp: the combine
 // step of split-KV decoding (the CPU's, the decode kernel's last-CTA merge and the GPU combine kernel) and the
-// formula of the context-parallel merge (python/flash4/_lse_merge.py). For parts s with normalized partial output o_s and natural-log lse_s:
+// formula of the context-parallel merge (python/flash4/_lse_merge.py). For parts s with normalized partial output
+// o_s and natural-log lse_s:
 //
 //   lse = log(sum_s exp(lse_s))  = m + log(sum_s exp(lse_s - m)),  m = max_s lse_s
 //   out = sum_s exp(lse_s - lse) * o_s
