@@ -52,4 +52,12 @@ void check_no_overlap(const Checker& c, const TensorView& out, const char* out_n
 // An optional tensor is absent when its pointer is null and its shape is all zeros (a default TensorView).
 bool present(const TensorView& t);
 
+// A float scalar for messages, in %g form: std::to_string's fixed six decimals print -1e-10 as "-0.000000".
+std::string number_text(double x);
+
+// The score transform's float32 factors (softmax_scale * log2(e) without softcap; softcap * log2(e) and
+// softmax_scale / softcap with it) must be finite: an infinite factor makes even finite scores NaN.
+// softmax_scale is the resolved one (never 0).
+void check_score_factors(const Checker& c, float softmax_scale, float softcap);
+
 }  // namespace flash4::detail

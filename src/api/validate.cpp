@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -11,6 +13,7 @@
 #include "api/checker.h"
 #include "api/validate_fp8.h"
 #include "api/validate_sequences.h"
+#include "common/score_transform.h"
 
 namespace flash4::detail {
 namespace {
@@ -81,6 +84,25 @@ void check_tensor(const Checker& c, const TensorView& t, const char* name, int r
   FLASH4_REQUIRE(c, !c.buffers() || reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0,
                  std::string(name) + ".data is not aligned to its element size (" + std::to_string(dtype_size(t.dtype)) +
                      " bytes for " + dtype_name(t.dtype) + ")");
+}
+
+std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
+void check_score_factors(const Checker& c, float softmax_scale, float softcap) {
+  const ScoreTransform t = ScoreTransform::make(softmax_scale, softcap);
+  const char* multiplied = t.has_softcap() ? "softcap" : "softmax_scale";
+  FLASH4_REQUIRE(c, std::isfinite(t.log2_scale),
+                 std::string(multiplied) + " = " + number_text(t.has_softcap() ? softcap : softmax_scale) +
+                     " is too large: " + multiplied + " * log2(e) overflows float32 (at most " +
+                     number_text(std::numeric_limits<float>::max() / kLog2e) + ")");
+  FLASH4_REQUIRE(c, std::isfinite(t.tanh_scale),
+                 "softmax_scale / softcap overflows float32 (softmax_scale = " + number_text(softmax_scale) +
+                     ", softcap = " + number_text(softcap) + "); softcap must be at least softmax_scale / " +
+                     number_text(std::numeric_limits<float>::max()));
 }
 
 namespace {
@@ -233,11 +255,11 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
 template <typename Args>
 void check_scalars(const Checker& c, const Args& args, Problem& p) {
   FLASH4_REQUIRE(c, std::isfinite(args.softmax_scale),
-                 "softmax_scale = " + std::to_string(args.softmax_scale) + " must be finite (0 = 1/sqrt(head_dim))");
+                 "softmax_scale = " + number_text(args.softmax_scale) + " must be finite (0 = 1/sqrt(head_dim))");
   FLASH4_REQUIRE(c, args.softmax_scale >= 0.0f,
-                 "softmax_scale = " + std::to_string(args.softmax_scale) + " must be >= 0 (0 = 1/sqrt(head_dim))");
+                 "softmax_scale = " + number_text(args.softmax_scale) + " must be >= 0 (0 = 1/sqrt(head_dim))");
   FLASH4_REQUIRE(c, std::isfinite(args.softcap) && args.softcap >= 0.0f,
-                 "softcap = " + std::to_string(args.softcap) + " must be finite and >= 0 (0 = off)");
+                 "softcap = " + number_text(args.softcap) + " must be finite and >= 0 (0 = off)");
   FLASH4_REQUIRE(c, args.window_left >= -1,
                  "window_left = " + std::to_string(args.window_left) + " must be >= -1 (-1 = unbounded)");
   FLASH4_REQUIRE(c, args.window_right >= -1,
@@ -246,6 +268,7 @@ void check_scalars(const Checker& c, const Args& args, Problem& p) {
   p.softmax_scale = args.softmax_scale != 0.0f ? args.softmax_scale
                                                : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
   p.softcap = args.softcap;
+  check_score_factors(c, p.softmax_scale, p.softcap);
   p.causal = args.causal;
   p.window_left = args.window_left;
   p.window_right = args.window_right;

@@ -161,9 +161,9 @@ void check_rotary(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
 
 void check_scalars(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   FLASH4_REQUIRE(c, std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
-                 "softmax_scale = " + to_string(a.softmax_scale) + " must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+                 "softmax_scale = " + number_text(a.softmax_scale) + " must be finite and >= 0 (0 = 1/sqrt(head_dim))");
   FLASH4_REQUIRE(c, std::isfinite(a.softcap) && a.softcap >= 0.0f,
-                 "softcap = " + to_string(a.softcap) + " must be finite and >= 0 (0 = off)");
+                 "softcap = " + number_text(a.softcap) + " must be finite and >= 0 (0 = off)");
   FLASH4_REQUIRE(c, a.window_left >= -1,
                  "window_left = " + to_string(a.window_left) + " must be >= -1 (-1 = unbounded)");
   FLASH4_REQUIRE(c, a.window_right >= -1,
@@ -177,6 +177,7 @@ void check_scalars(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   s.softmax_scale =
       a.softmax_scale != 0.0f ? a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   s.softcap = a.softcap;
+  check_score_factors(c, s.softmax_scale, s.softcap);
   s.causal = a.causal;
   s.window_left = a.window_left;
   s.window_right = a.window_right;

@@ -229,6 +229,12 @@ TEST(KvCacheValidation, Tensors) {
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.num_splits = -1; }, "num_splits = -1");
   expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.softmax_scale = 3e38f; }, "softmax_scale = 3e+38");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.softcap = 1e-45f; }, "softmax_scale / softcap");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.softcap = -1e-10f; }, "softcap = -1e-10 must be");
+  expect_refused(
       s,
       [](KvCacheArgs& a, KvCacheCase& c) {
         a.learnable_sink = c.sink.view();

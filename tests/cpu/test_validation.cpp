@@ -354,6 +354,35 @@ TEST(ValidateForward, RejectsBadSoftmaxScale) {
   expect_invalid(c, {"softmax_scale", ">= 0"});
 }
 
+// The score's float32 factors (softmax_scale * log2(e), softcap * log2(e), softmax_scale / softcap) must be finite:
+// an infinite factor turns every score, even a finite exact one, into NaN.
+TEST(ValidateForward, RejectsScoreFactorsBeyondFloat32) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  ForwardCase c;
+  c.args.softmax_scale = 3e38f;
+  expect_invalid(c, {"softmax_scale = 3e+38", "log2(e)"});
+  ForwardCase c2;
+  c2.args.softcap = kMax;
+  expect_invalid(c2, {"softcap = 3.40282e+38", "log2(e)"});
+  ForwardCase c3;
+  c3.args.softcap = 1e-45f;
+  expect_invalid(c3, {"softmax_scale / softcap", "softcap = 1.4013e-45"});
+  ForwardCase c4;  // a large scale is fine with a softcap: only softmax_scale / softcap multiplies q·k
+  c4.args.softmax_scale = 3e38f;
+  c4.args.softcap = 2.0f;
+  EXPECT_NO_THROW(forward(c4.args));
+}
+
+// Tiny and huge values read as themselves in messages, not as "-0.000000" or forty digits.
+TEST(ValidateForward, ScalarMessagesKeepSignificantDigits) {
+  ForwardCase c;
+  c.args.softcap = -1e-10f;
+  expect_invalid(c, {"softcap = -1e-10 must be"});
+  ForwardCase c2;
+  c2.args.softmax_scale = -2.5e-8f;
+  expect_invalid(c2, {"softmax_scale = -2.5e-08 must be"});
+}
+
 TEST(ValidateForward, RejectsWindowBelowMinusOne) {
   ForwardCase c;
   c.args.window_left = -2;
@@ -536,6 +565,9 @@ TEST(ValidateBackward, RejectsBadScalars) {
   BackwardCase c3;
   c3.args.window_left = -5;
   expect_invalid(c3, {"window_left"});
+  BackwardCase c4;
+  c4.args.softcap = 3e38f;
+  expect_invalid(c4, {"softcap = 3e+38", "log2(e)"});
 }
 
 TEST(ValidateBackward, RejectsGradientsAliasingEachOther) {
