@@ -218,6 +218,8 @@ def flash_attn_varlen_func(
     offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to
     check them on the host too (check_varlen_offsets).
     """
+    max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
+    max_seqlen_k = _checks.integer("max_seqlen_k", max_seqlen_k, 0)
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
@@ -242,8 +244,8 @@ def flash_attn_varlen_func(
     out = _empty(q, tuple(shape[:2]) + tuple(getattr(v, "shape", shape)[-1:]))  # v's head dim
     lse = _empty(q, (heads, total_q), float32=True)
     _C.forward(q, k, v, out, lse, scale, bool(causal), left, right, cap, 0, cu_seqlens_q=cu_seqlens_q,
-               cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=int(max_seqlen_q),
-               max_seqlen_k=int(max_seqlen_k), learnable_sink=learnable_sink, q_descale=q_descale,
+               cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q,
+               max_seqlen_k=max_seqlen_k, learnable_sink=learnable_sink, q_descale=q_descale,
                k_descale=k_descale, v_descale=v_descale)
     return (out, lse) if want_lse else out
 

@@ -5,8 +5,10 @@ the C++ library's do, and the library still validates everything else (shapes, d
 
 import math
 import operator
+import struct
 import sys
 
+INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = 3.4028234663852886e38
 _TORCH_DEVICES = ("cpu", "cuda")
@@ -17,20 +19,35 @@ def _torch_tensor_type():
     return None if torch is None else torch.Tensor
 
 
+def _as_int(value, what):
+    """value as an int (anything with __index__: numpy and torch integers too); TypeError naming `what` for a
+    bool, a float (never truncated) or a non-number."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{what}; got {type(value).__name__} {value!r}")
+
+
+def integer(name, value, lo, hi=_INT32_MAX, kind="an int"):
+    """value as an int in [lo, hi]; TypeError (saying it must be `kind`) for a non-integer, ValueError out of
+    range."""
+    x = _as_int(value, f"{name} must be {kind}")
+    if x < lo:
+        raise ValueError(f"{name} = {x} must be >= {lo}")
+    if x > hi:
+        raise ValueError(f"{name} = {x} must be <= {hi}")
+    return x
+
+
 def window(window_size):
     """(left, right) as ints in [-1, 2**31 - 1]; TypeError for a non-integer, ValueError out of range."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
     sides = []
     for name, value in zip(("window_left", "window_right"), window_size):
-        if isinstance(value, (bool, float)):
-            raise TypeError(f"{name} (in window_size) must be an int, -1 = unbounded; got {value!r}")
-        try:
-            side = operator.index(value)
-        except TypeError:
-            raise TypeError(
-                f"{name} (in window_size) must be an int, -1 = unbounded; got {type(value).__name__} {value!r}"
-            ) from None
+        side = _as_int(value, f"{name} (in window_size) must be an int, -1 = unbounded")
         if side < -1:
             raise ValueError(f"{name} = {side} must be >= -1 (-1 = unbounded)")
         if side > _INT32_MAX:
@@ -40,8 +57,9 @@ def window(window_size):
 
 
 def real(name, value):
-    """value as a float; TypeError unless it is a real number, ValueError beyond float32's range (the library
-    takes float32; NaN and the sign are left to its own checks)."""
+    """value as a float; TypeError unless it is a real number, ValueError beyond float32's range or for a nonzero
+    value that float32 rounds to 0, which the library reads as "default" or "off" (it takes float32; NaN and the
+    sign are left to its own checks)."""
     if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     try:
@@ -50,6 +68,8 @@ def real(name, value):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
     if math.isfinite(x) and abs(x) > _FLOAT32_MAX:
         raise ValueError(f"{name} = {x!r} is beyond float32's range (the library computes in float32)")
+    if x != 0.0 and struct.unpack("f", struct.pack("f", x))[0] == 0.0:
+        raise ValueError(f"{name} = {x!r} rounds to 0 in float32, which the library reads as the default (or off)")
     return x
 
 

@@ -3,6 +3,7 @@ point is flash4::forward_kvcache, include/flash4/kvcache.h; docs/kvcache.md). to
 through the custom op flash4::fwd_kvcache (python/flash4/_torch_kvcache.py) under torch.compile, which traces it,
 and as a plain call in eager mode."""
 
+from . import _checks
 from ._api import _is_torch_tensor, normalize_options, refuse_unimplemented
 
 
@@ -53,15 +54,20 @@ def flash_attn_with_kvcache(
     refuse_unimplemented(alibi_slopes=alibi_slopes)
     if not _is_torch_tensor(q):
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
+    if q.dim() != 4:  # the outputs are allocated from q's shape before the library sees it
+        raise ValueError(f"q must have 4 dimensions (batch, seqlen_q, heads, head_dim), got shape {tuple(q.shape)}")
     from . import _torch_kvcache
 
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    # The library's range check names num_splits; here only its type (and the binding's int range).
+    num_splits = _checks.integer("num_splits", num_splits, _checks.INT32_MIN)
     if cache_seqlens is None:
         seqlens, seqlen = None, -1
-    elif isinstance(cache_seqlens, int):
-        seqlens, seqlen = None, int(cache_seqlens)
-    else:
+    elif _is_torch_tensor(cache_seqlens):
         seqlens, seqlen = cache_seqlens, -1
+    else:  # one length for every sequence; the library's -1 ("the whole cache") is None here
+        kind = "an int or an int32 torch.Tensor (batch,)"
+        seqlens, seqlen = None, _checks.integer("cache_seqlens", cache_seqlens, 0, kind=kind)
     import torch
 
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
@@ -69,5 +75,5 @@ def flash_attn_with_kvcache(
     seqlens, cache_batch_idx, block_table = as_int32(seqlens), as_int32(cache_batch_idx), as_int32(block_table)
     out, lse = _torch_kvcache.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
-        learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), int(num_splits))
+        learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)
     return (out, lse) if return_softmax_lse else out

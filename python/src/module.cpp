@@ -56,6 +56,16 @@ struct Sequences {
 
   template <typename Args>
   void apply(Args& args) const {
+    // The library reads a null, empty view as an absent tensor: given offsets without elements would turn the
+    // packed call into a dense one.
+    for (const auto& [offsets, name] :
+         {std::pair{&cu_seqlens_q, "cu_seqlens_q"}, std::pair{&cu_seqlens_k, "cu_seqlens_k"}}) {
+      if (offsets->has_value() && (*offsets)->size() == 0) {
+        const std::string message =
+            std::string(name) + " has no elements; it must hold batch + 1 offsets starting with 0";
+        throw nb::value_error(message.c_str());
+      }
+    }
     const std::pair<const std::optional<InArray>*, std::pair<TensorView*, const char*>> fields[] = {
         {&cu_seqlens_q, {&args.cu_seqlens_q, "cu_seqlens_q"}}, {&cu_seqlens_k, {&args.cu_seqlens_k, "cu_seqlens_k"}},
         {&seqused_q, {&args.seqused_q, "seqused_q"}},          {&seqused_k, {&args.seqused_k, "seqused_k"}},

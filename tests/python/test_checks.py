@@ -59,6 +59,51 @@ def test_scalar_types_and_ranges(options, error, pattern):
         flash4.flash_attn_func(q, k, v, **options)
 
 
+@pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
+def test_scalars_that_round_to_zero_are_refused(name):
+    # In float32 1e-46 is 0, which means "the default scale" or "no softcap": not what was asked for.
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=name + r" = 1e-46 rounds to 0 in float32"):
+        flash4.flash_attn_func(q, k, v, **{name: 1e-46})
+    flash4.flash_attn_func(q, k, v, softmax_scale=1e-44, softcap=1e-44)  # float32 subnormals are kept
+
+
+@pytest.mark.parametrize(
+    "max_seqlen,error,pattern",
+    [
+        (6.5, TypeError, r"max_seqlen_q must be an int; got float 6.5"),
+        (None, TypeError, r"max_seqlen_q must be an int; got NoneType None"),
+        (True, TypeError, r"max_seqlen_q must be an int; got bool True"),
+        (-1, ValueError, r"max_seqlen_q = -1 must be >= 0"),
+        (2**40, ValueError, r"max_seqlen_q = 1099511627776 must be <= 2147483647"),
+    ],
+)
+def test_max_seqlen_types_and_ranges(max_seqlen, error, pattern):
+    q = np.zeros((10, 2, 32), np.float32)
+    cu = np.array([0, 4, 10], np.int32)
+    with pytest.raises(error, match=pattern):
+        flash4.flash_attn_varlen_func(q, q, q, cu, cu, max_seqlen, 6)
+    torch = pytest.importorskip("torch")
+    t, tcu = torch.from_numpy(q), torch.from_numpy(cu)
+    with pytest.raises(error, match=pattern):
+        flash4.flash_attn_varlen_func(t, t, t, tcu, tcu, max_seqlen, 6)
+    flash4.flash_attn_varlen_func(t, t, t, tcu, tcu, np.int64(6), torch.tensor(6))  # integer types are ints
+
+
+def test_empty_offsets_are_named():
+    # An offsets tensor without elements is not "no offsets": it would turn a packed call into a dense one.
+    q = np.zeros((10, 2, 32), np.float32)
+    empty = np.zeros((0,), np.int32)
+    cu = np.array([0, 4, 10], np.int32)
+    pattern = r"cu_seqlens_k has no elements; it must hold batch \+ 1 offsets starting with 0"
+    with pytest.raises(ValueError, match=pattern):
+        flash4.flash_attn_varlen_func(q, q, q, cu, empty, 6, 6)
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(q)
+    with pytest.raises(ValueError, match=pattern):
+        flash4.flash_attn_varlen_func(t, t, t, torch.from_numpy(cu), torch.from_numpy(empty), 6, 6)
+
+
 def test_import_loads_nn_and_torch_ops():
     pytest.importorskip("torch")
     code = "import flash4, torch; flash4.nn.Attention; torch.ops.flash4.fwd; torch.ops.flash4.bwd; print('ok')"

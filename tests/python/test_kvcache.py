@@ -228,3 +228,35 @@ def test_bad_arguments_write_nothing():
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, rotary_cos=cos[None], rotary_sin=sin,
                                        cache_seqlens=c.cache_seqlens, block_table=c.block_table)
     assert torch.equal(c.k_cache, before)
+
+
+@pytest.mark.parametrize(
+    "options,error,pattern",
+    [
+        ({"cache_seqlens": -1}, ValueError, r"cache_seqlens = -1 must be >= 0"),
+        ({"cache_seqlens": True}, TypeError, r"cache_seqlens must be an int or an int32 torch.Tensor"),
+        ({"cache_seqlens": 3.5}, TypeError, r"cache_seqlens must be an int or an int32 torch.Tensor.*float 3.5"),
+        ({"cache_seqlens": [3, 4]}, TypeError, r"cache_seqlens must be an int or an int32 torch.Tensor.*list"),
+        ({"num_splits": 1.5}, TypeError, r"num_splits must be an int; got float 1.5"),
+        ({"num_splits": None}, TypeError, r"num_splits must be an int; got NoneType None"),
+        ({"num_splits": 2**40}, ValueError, r"num_splits = 1099511627776 must be <= 2147483647"),
+    ],
+)
+def test_integer_arguments_are_named(options, error, pattern):
+    q, k_cache, v_cache = torch.zeros(2, 1, 2, 32), torch.zeros(2, 8, 1, 32), torch.zeros(2, 8, 1, 32)
+    with pytest.raises(error, match=pattern):
+        flash4.flash_attn_with_kvcache(q, k_cache, v_cache, **{"cache_seqlens": 3, **options})
+
+
+def test_integer_cache_seqlens_equals_the_tensor():
+    torch.manual_seed(0)
+    q, k_cache, v_cache = torch.randn(2, 1, 2, 32), torch.randn(2, 8, 1, 32), torch.randn(2, 8, 1, 32)
+    lengths = torch.tensor([3, 3], dtype=torch.int32)
+    expected = flash4.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths)
+    assert torch.equal(flash4.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.int32(3)), expected)
+
+
+def test_query_of_the_wrong_rank_is_named():
+    k_cache = torch.zeros(2, 8, 1, 32)
+    with pytest.raises(ValueError, match=r"q must have 4 dimensions \(batch, seqlen_q, heads, head_dim\), got shape"):
+        flash4.flash_attn_with_kvcache(torch.zeros(2, 32), k_cache, k_cache, cache_seqlens=3)
