@@ -248,6 +248,8 @@ def _sink_tensor(sink):
         return None
     if not isinstance(sink, Tensor):
         raise TypeError(f"learnable_sink must be a torch.Tensor of shape (heads,), got {type(sink).__name__}")
+    if not sink.is_floating_point():  # an integer sink would be cast silently and could take no gradient
+        raise TypeError(f"learnable_sink has dtype {sink.dtype} but must be a floating point tensor (heads,)")
     return sink.to(torch.float32).contiguous() if sink.dtype != torch.float32 else sink.contiguous()
 
 

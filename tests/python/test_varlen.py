@@ -214,6 +214,12 @@ def test_sink_of_low_precision_parameter_gets_its_gradient():
     assert sink.grad is not None and sink.grad.dtype == torch.bfloat16 and torch.isfinite(sink.grad).all()
 
 
+def test_sink_of_an_integer_dtype_is_refused():
+    q = torch.zeros(1, 4, 2, 32)
+    with pytest.raises(TypeError, match=r"learnable_sink has dtype torch.int32 but must be a floating point"):
+        flash4.flash_attn_func(q, q, q, learnable_sink=torch.zeros(2, dtype=torch.int32))
+
+
 def test_rows_without_keys_have_sink_lse_and_zero_output():
     q = torch.randn(6, 2, 32)
     k = torch.randn(2, 2, 32)
