@@ -1,5 +1,6 @@
 // CPU backward (dq, dk, dv) vs the fp64 reference with the tolerance rule, on the forward's own out and LSE.
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -40,6 +41,16 @@ std::vector<CaseSpec> backward_cases() {
     }));
   }
   c.push_back(with(make_spec(1, 100, 100, 2, 2, 64, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
+  // Odd GQA groups (the dK / dV sums over 3, 5, 7 query heads) and windows wider than the sequence.
+  for (int64_t group : {3, 5, 7}) {
+    c.push_back(with(make_spec(1, 67, 131, group, 1, 32, kBF16), [](CaseSpec& s) { s.causal = true; }));
+  }
+  c.push_back(with(make_spec(1, 90, 20, 6, 2, 32, kF32), [](CaseSpec& s) {
+    s.causal = true, s.window_left = std::numeric_limits<int>::max();
+  }));
+  c.push_back(with(make_spec(1, 20, 90, 2, 1, 32, kF32), [](CaseSpec& s) {
+    s.window_left = 0, s.window_right = std::numeric_limits<int>::max();
+  }));
   return c;
 }
 

@@ -14,6 +14,7 @@ namespace flash4::test {
 namespace {
 
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
+constexpr int kMax = std::numeric_limits<int>::max();  // the widest window
 
 std::vector<CaseSpec> forward_cases() {
   std::vector<CaseSpec> c;
@@ -33,6 +34,17 @@ std::vector<CaseSpec> forward_cases() {
   c.push_back(with(make_spec(1, 150, 300, 2, 2, 64, kBF16), [](CaseSpec& s) { s.window_right = 3; }));
   c.push_back(with(make_spec(1, 129, 129, 1, 1, 64, kF32), [](CaseSpec& s) { s.window_left = 0, s.window_right = 0; }));
   c.push_back(with(make_spec(1, 256, 256, 2, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true, s.window_left = 70; }));
+  // Windows wider than the sequence (no bound in effect), up to int32's limit, in both length orders.
+  c.push_back(with(make_spec(1, 90, 20, 2, 1, 32, kF32), [](CaseSpec& s) {
+    s.window_left = 99, s.window_right = kMax;
+  }));
+  c.push_back(with(make_spec(1, 90, 20, 2, 1, 32, kF16), [](CaseSpec& s) { s.causal = true, s.window_left = kMax; }));
+  c.push_back(with(make_spec(1, 20, 90, 2, 1, 32, kBF16), [](CaseSpec& s) { s.window_right = kMax; }));
+  // GQA groups of odd sizes (3, 5, 7 query heads per key/value head), both length orders.
+  for (int64_t group : {3, 5, 7}) {
+    c.push_back(with(make_spec(2, 67, 131, 2 * group, 2, 32, kBF16), [](CaseSpec& s) { s.causal = true; }));
+    c.push_back(make_spec(1, 131, 67, group, 1, 32, kF32));
+  }
   // Softcap: large inputs so tanh saturates and the cap matters.
   for (DType t : {kF32, kBF16}) {
     c.push_back(with(make_spec(1, 150, 170, 2, 1, 64, t), [](CaseSpec& s) {

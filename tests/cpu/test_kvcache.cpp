@@ -50,6 +50,19 @@ TEST(KvCache, AppendContiguous) {
   }));
 }
 
+// The append ends exactly at the cache's last row (contiguous, no spare row) or page's last row (paged), with a
+// GQA group of 7 and an empty cache beside it.
+TEST(KvCache, AppendFillsTheCapacity) {
+  for (int64_t page : {0, 16}) {
+    run_case(with(spec(2, 3, 7, 1, {29, 0}, DType::kFloat16), [&](KvCaseSpec& s) {
+      s.page_size = page;
+      s.spare = 0;
+      s.seqlen_new = 3;
+      s.causal = true;
+    }));
+  }
+}
+
 TEST(KvCache, Paged) {
   for (int64_t page : {1, 16, 256}) {
     run_case(with(spec(3, 1, 4, 2, {17, 0, 300}), [&](KvCaseSpec& s) { s.page_size = page; }));
