@@ -9,7 +9,7 @@ import struct
 import sys
 
 INT32_MIN = -(2**31)
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = 3.4028234663852886e38
 _TORCH_DEVICES = ("cpu", "cuda")
 
@@ -30,7 +30,7 @@ def _as_int(value, what):
     raise TypeError(f"{what}; got {type(value).__name__} {value!r}")
 
 
-def integer(name, value, lo, hi=_INT32_MAX, kind="an int"):
+def integer(name, value, lo, hi=INT32_MAX, kind="an int"):
     """value as an int in [lo, hi]; TypeError (saying it must be `kind`) for a non-integer, ValueError out of
     range."""
     x = _as_int(value, f"{name} must be {kind}")
@@ -50,8 +50,8 @@ def window(window_size):
         side = _as_int(value, f"{name} (in window_size) must be an int, -1 = unbounded")
         if side < -1:
             raise ValueError(f"{name} = {side} must be >= -1 (-1 = unbounded)")
-        if side > _INT32_MAX:
-            raise ValueError(f"{name} = {side} must be <= {_INT32_MAX}")
+        if side > INT32_MAX:
+            raise ValueError(f"{name} = {side} must be <= {INT32_MAX}")
         sides.append(side)
     return sides[0], sides[1]
 

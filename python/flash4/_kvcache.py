@@ -68,11 +68,12 @@ def flash_attn_with_kvcache(
     else:  # one length for every sequence; the library's -1 ("the whole cache") is None here
         kind = "an int or an int32 torch.Tensor (batch,)"
         seqlens, seqlen = None, _checks.integer("cache_seqlens", cache_seqlens, 0, kind=kind)
-    import torch
+    from ._torch_ops import int32_indices
 
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
-    as_int32 = lambda t: t.to(torch.int32) if t is not None and t.dtype == torch.int64 else t  # noqa: E731
-    seqlens, cache_batch_idx, block_table = as_int32(seqlens), as_int32(cache_batch_idx), as_int32(block_table)
+    seqlens, cache_batch_idx, block_table = (
+        None if t is None else int32_indices(t, name)
+        for t, name in ((seqlens, "cache_seqlens"), (cache_batch_idx, "cache_batch_idx"), (block_table, "block_table")))
     out, lse = _torch_kvcache.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)

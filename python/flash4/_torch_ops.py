@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 from torch.utils.dlpack import to_dlpack
 
+from . import _checks
 from ._native import _C
 
 Tensor = torch.Tensor
@@ -229,16 +230,25 @@ class _EagerAttention(torch.autograd.Function):
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 
 
+def int32_indices(t, name):
+    """An index tensor with torch's default int64 converted to the library's int32 (other dtypes unchanged, for
+    the library to name). The cast would wrap values beyond int32, so those of a CPU tensor are checked first;
+    device tensors are not read (that would synchronize), nor traced ones."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (int32), got {type(t).__name__}")
+    if t.dtype != torch.int64:
+        return t
+    if t.device.type == "cpu" and t.numel() > 0 and not torch.compiler.is_compiling():
+        for value in (int(t.min()), int(t.max())):
+            if not _checks.INT32_MIN <= value <= _checks.INT32_MAX:
+                raise ValueError(f"{name} holds {value}, outside int32's range (the library's index type)")
+    return t.to(torch.int32)
+
+
 def _index_tensor(t, name):
     """cu_seqlens / seqused as the library takes them: int32, contiguous (flash-attn passes int32; int64 is
     converted rather than refused)."""
-    if t is None:
-        return None
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor (int32), got {type(t).__name__}")
-    if t.dtype == torch.int64:
-        t = t.to(torch.int32)
-    return t.contiguous()
+    return None if t is None else int32_indices(t, name).contiguous()
 
 
 def _sink_tensor(sink):

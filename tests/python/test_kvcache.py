@@ -156,6 +156,16 @@ def test_int64_indices_are_converted():
     c.check(*c.run())
 
 
+def test_int64_indices_beyond_int32_are_refused():
+    c = Case(2, 1, 2, 1, [7, 30], seqlen_new=1, page_size=16)
+    wrapped = c.cache_seqlens.long() + 2**32  # would read as the valid lengths after an int32 cast
+    with pytest.raises(ValueError, match=r"cache_seqlens holds 4294967303, outside int32's range"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_seqlens=wrapped, block_table=c.block_table)
+    with pytest.raises(ValueError, match=r"block_table holds"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_seqlens=c.cache_seqlens,
+                                       block_table=c.block_table.long() - 2**32)
+
+
 def test_int_cache_seqlens_and_no_lse():
     c = Case(2, 1, 2, 1, [12, 12], seqlen_new=1)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()

@@ -240,6 +240,17 @@ def test_int64_offsets_are_converted():
     assert torch.equal(out64, out32)
 
 
+def test_int64_offsets_beyond_int32_are_refused():
+    # The int32 cast would wrap 2**32 + 4 to 4: offsets that look valid but are not the ones given.
+    q = torch.randn(10, 2, 32)
+    wrapped = torch.tensor([0, 2**32 + 4, 2**32 + 10], dtype=torch.int64)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q holds 4294967306, outside int32's range"):
+        flash4.flash_attn_varlen_func(q, q, q, wrapped, cu, 6, 6)
+    with pytest.raises(ValueError, match=r"seqused_k holds -4294967296, outside int32's range"):
+        flash4.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, seqused_k=torch.tensor([-(2**32), 1]))
+
+
 def test_varlen_equals_dense_calls_per_sequence():
     torch.manual_seed(3)
     lens = [5, 17, 1]
