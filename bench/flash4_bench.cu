@@ -1,8 +1,9 @@
 // Times flash4's GPU forward on the benchmark shapes of ../shared/facts.md with CUDA events: warm-up, median of
 // `iters` runs, several input sets rotated so that the working set exceeds L2. Prints one JSON object per line.
 // Usage: flash4_bench [--iters N] [--rounds R] [--warm-ms MS] [--ablation] [--candidates] [--backward] [--shape D:S:CAUSAL]
-//                     [--seqlens S1,S2,...] [--dims D1,D2,...]
+//                     [--seqlens S1,S2,...] [--dims D1,D2,...] [--shapes B:S:H:HKV:D:CAUSAL,...]
 //                     [--host] [--varlen] [--decode [--decode-splits 0,1,8] [--decode-row B:S]] [--fp8]
+//   --shapes: these forward / backward shapes (kv heads HKV) instead of the 16k-token protocol's.
 //   --dims: head dims (default 64,128,256; 96 and 192 run on their own kernels); heads = 2048 / d
 //           rounded to the nearest integer (21 at d = 96, 11 at 192), FLOPs counted with the heads used.
 //   --warm-ms: warm-up per timing in ms of wall time (default 150; see g_warm_ms).
@@ -61,6 +62,8 @@ __global__ void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
 struct Shape {
   int b, s, h, d;
   bool causal;
+  int hkv = 0;  // kv heads (GQA / MQA); 0 = h
+  int kv_heads() const { return hkv > 0 ? hkv : h; }
 };
 
 using Launcher = void (*)(const flash4::ForwardArgs&);
@@ -90,14 +93,14 @@ class Inputs {
   flash4::BackwardArgs backward_args(int set, bool deterministic) const {
     const flash4::ForwardArgs f = args(set, {});
     flash4::BackwardArgs a;
-    auto view = [&](void* p) {
-      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, sh_.h, sh_.d);
+    auto view = [&](void* p, int heads) {
+      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, heads, sh_.d);
     };
     a.q = f.q, a.k = f.k, a.v = f.v, a.out = f.out, a.lse = f.lse;
-    a.dout = view(buf_[kPerSet * set + 4]);
-    a.dq = view(buf_[kPerSet * set + 5]);
-    a.dk = view(buf_[kPerSet * set + 6]);
-    a.dv = view(buf_[kPerSet * set + 7]);
+    a.dout = view(buf_[kPerSet * set + 4], sh_.h);
+    a.dq = view(buf_[kPerSet * set + 5], sh_.h);
+    a.dk = view(buf_[kPerSet * set + 6], sh_.kv_heads());
+    a.dv = view(buf_[kPerSet * set + 7], sh_.kv_heads());
     a.causal = sh_.causal;
     a.deterministic = deterministic;
     return a;
@@ -108,13 +111,13 @@ class Inputs {
   }
   flash4::ForwardArgs args(int set, flash4::Tuning tuning) const {
     flash4::ForwardArgs a;
-    auto view = [&](void* p) {
-      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, sh_.h, sh_.d);
+    auto view = [&](void* p, int heads) {
+      return flash4::make_view(p, flash4::DType::kBFloat16, flash4::Device::cuda(0), sh_.b, sh_.s, heads, sh_.d);
     };
-    a.q = view(buf_[kPerSet * set]);
-    a.k = view(buf_[kPerSet * set + 1]);
-    a.v = view(buf_[kPerSet * set + 2]);
-    a.out = view(buf_[kPerSet * set + 3]);
+    a.q = view(buf_[kPerSet * set], sh_.h);
+    a.k = view(buf_[kPerSet * set + 1], sh_.kv_heads());
+    a.v = view(buf_[kPerSet * set + 2], sh_.kv_heads());
+    a.out = view(buf_[kPerSet * set + 3], sh_.h);
     a.lse = flash4::make_view(lse_[set], flash4::DType::kFloat32, flash4::Device::cuda(0), sh_.b, sh_.h, sh_.s);
     a.causal = sh_.causal;
     a.tuning = tuning;
@@ -189,6 +192,31 @@ void variant_forward(const flash4::ForwardArgs& a) {
   const bool persistent = kPersistent >= 0 ? kPersistent != 0 : flash4::detail::choose_fwd_launch(p).persistent;
   flash4::sm90::launch_forward_kernel<__nv_bfloat16, kHeadDim, kMasked, Cfg>(
       flash4::detail::make_fwd_params(a, p, Cfg::tile), persistent, nullptr);
+}
+
+// The library's own launch with another L2 section in the masked tile order (fwd_tile_scheduler.h):
+// kSectionMb < 0: one (batch, head) pair per section (head-major), 0: one section of all pairs, else the pairs
+// whose K/V fit kSectionMb MB.
+template <int kHeadDim, bool kMasked, int kSectionMb>
+void section_forward(const flash4::ForwardArgs& a) {
+  const flash4::detail::Problem p = flash4::detail::validate(a);
+  const flash4::sm90::FwdLaunchConfig launch = flash4::detail::choose_fwd_launch(p);
+  flash4::sm90::FwdParams params = flash4::detail::make_fwd_params(a, p, launch.tile);
+  const int64_t pairs = p.batch * p.heads;
+  params.tile_section = kSectionMb < 0    ? 1
+                        : kSectionMb == 0 ? static_cast<int>(pairs)
+                                          : flash4::sm90::fwd_tile_section(pairs, p.group(), p.seqlen_k, p.head_dim,
+                                                                           p.head_dim_v, 2, int64_t(kSectionMb) << 20);
+  flash4::sm90::launch_forward<__nv_bfloat16, kHeadDim, kMasked>(params, launch, nullptr);
+}
+template <int kSectionMb>
+Launcher section_launcher(const Shape& sh) {
+  switch (sh.d) {
+    case 64: return sh.causal ? &section_forward<64, true, kSectionMb> : nullptr;
+    case 128: return sh.causal ? &section_forward<128, true, kSectionMb> : nullptr;
+    case 256: return sh.causal ? &section_forward<256, true, kSectionMb> : nullptr;
+  }
+  return nullptr;
 }
 
 template <template <int, bool> class Config, int kPersistent = -1>
@@ -278,6 +306,11 @@ std::vector<Variant> ablation_variants(const Shape& sh) {
 std::vector<Variant> tile_candidates(const Shape& sh) {
   std::vector<Variant> v = {{"persistent", {}, variant_launcher<Table, 1>(sh)},
                             {"non_persistent", {}, variant_launcher<Table, 0>(sh)}};
+  // The masked tile order's L2 section: one (batch, head) pair (head-major), 16 MB of K/V.
+  if (sh.causal && (sh.d == 64 || sh.d == 128 || sh.d == 256)) {
+    v.push_back({"order_head_major", {}, section_launcher<-1>(sh)});
+    v.push_back({"order_section_16mb", {}, section_launcher<16>(sh)});
+  }
   // One P buffer at d = 128 (the table has two), two at d = 256 (d = 64 has no registers for a second one).
   if (sh.d == 128) v.push_back({"single_p", {}, launcher_for<128, SingleP>(sh)});
   if (sh.d == 96) {  // the d = 128 tile with two P buffers, and three consumers on 192 x 96
@@ -326,6 +359,7 @@ int main(int argc, char** argv) {
   std::vector<int> decode_splits = {0};
   int decode_only_batch = 0, decode_only_seqlen = 0;  // --decode-row B:S times that decode row alone (profilers)
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
+  std::vector<Shape> listed_shapes;               // --shapes: these instead of the protocol's
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};  // --seqlens 1024,4096,16384 selects some
   std::vector<int> dims = {64, 128, 256};                            // --dims 96,192 selects others
   for (int i = 1; i < argc; ++i) {
@@ -335,6 +369,18 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--seqlens") && i + 1 < argc) {
       seqlens = parse_ints(argv[++i]);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) {  // b:s:h:hkv:d:causal,...
+      for (const char* c = argv[++i]; *c;) {
+        Shape sh{};
+        int causal = 0, used = 0;
+        if (std::sscanf(c, "%d:%d:%d:%d:%d:%d%n", &sh.b, &sh.s, &sh.h, &sh.hkv, &sh.d, &causal, &used) != 6) break;
+        sh.causal = causal != 0;
+        listed_shapes.push_back(sh);
+        c += used;
+        if (*c == ',') ++c;
+      }
       continue;
     }
     if (!std::strcmp(argv[i], "--dims") && i + 1 < argc) {
@@ -373,8 +419,8 @@ int main(int argc, char** argv) {
     host_costs::run(tiny.args(0, {}), tiny.backward_args(0, false));
     return 0;
   }
-  std::vector<Shape> shapes;
-  for (int d : dims) {
+  std::vector<Shape> shapes = listed_shapes;
+  for (int d : listed_shapes.empty() ? dims : std::vector<int>{}) {
     if (d <= 0) continue;
     for (int s : seqlens)
       for (bool causal : {false, true}) shapes.push_back({16384 / s, s, std::max(1, (2048 + d / 2) / d), d, causal});
@@ -431,9 +477,9 @@ int main(int argc, char** argv) {
       auto t = times[i];
       std::sort(t.begin(), t.end());
       const double ms = t[t.size() / 2];
-      std::printf("{\"impl\": \"%s\", \"b\": %d, \"s\": %d, \"h\": %d, \"d\": %d, \"causal\": %s, \"ms\": %.4f, "
-                  "\"tflops\": %.1f, \"tflops_min\": %.1f, \"tflops_max\": %.1f}\n",
-                  variants[i].name.c_str(), sh.b, sh.s, sh.h, sh.d, sh.causal ? "true" : "false", ms, flops / ms / 1e9,
+      std::printf("{\"impl\": \"%s\", \"b\": %d, \"s\": %d, \"h\": %d, \"hkv\": %d, \"d\": %d, \"causal\": %s, "
+                  "\"ms\": %.4f, \"tflops\": %.1f, \"tflops_min\": %.1f, \"tflops_max\": %.1f}\n",
+                  variants[i].name.c_str(), sh.b, sh.s, sh.h, sh.kv_heads(), sh.d, sh.causal ? "true" : "false", ms, flops / ms / 1e9,
                   flops / t.back() / 1e9, flops / t.front() / 1e9);
       std::fflush(stdout);
     }

@@ -20,6 +20,7 @@
 #include "kernels/sm90/fwd/fwd_kvcache.h"
 #include "kernels/sm90/fwd/fwd_params.h"
 #include "kernels/sm90/fwd/fwd_params_builder.h"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.h"
 #include "kernels/sm90/head_dims.h"
 #include "kernels/stream_workspace.h"
 
@@ -190,6 +191,8 @@ sm90::FwdParams fwd_params_without_maps(const ForwardArgs& args, const Problem& 
   params.heads = static_cast<int>(p.heads);
   params.group = static_cast<int>(p.group());
   params.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
+  params.tile_section = fwd_tile_section(p.batch * p.heads, p.group(), p.seqlen_k, p.head_dim, p.head_dim_v,
+                                         dtype_size(args.q.dtype));
   params.seq = p.layout();
   params.mask = p.mask();
   params.score = p.score_transform();

@@ -1,7 +1,7 @@
 // The Hopper forward kernel: warp-specialized FlashAttention with FlashAttention-4's softmax, composed of
 //
 //   FwdTraits            fwd_traits.cuh          the configuration's constants, shared memory, per-tile key range
-//   FwdTileScheduler     fwd_tile_scheduler.cuh  which (m_block, head, batch) tiles, in which order
+//   FwdTileScheduler     fwd_tile_scheduler.h    which (m_block, head, batch) tiles, in which order
 //   FwdProducer          fwd_producer.cuh        warpgroup 0, one thread: TMA loads of Q and the K/V ring
 //   FwdMainloop          fwd_mainloop.cuh        warpgroups 1..: S = Q K^T, softmax, O += P V in named steps
 //   FwdStreamMainloop    fwd_mainloop_stream.cuh the same steps run across tiles (d = 128)
@@ -21,7 +21,7 @@
 #include "kernels/sm90/fwd/fwd_mainloop.cuh"
 #include "kernels/sm90/fwd/fwd_mainloop_stream.cuh"
 #include "kernels/sm90/fwd/fwd_producer.cuh"
-#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.h"
 #include "kernels/sm90/fwd/fwd_traits.cuh"
 
 namespace flash4::sm90 {
@@ -52,7 +52,7 @@ struct FwdKernel {
     }
     __syncthreads();
 
-    const FwdTileScheduler<kMasked> scheduler{p.num_m_blocks, p.heads, p.batch};
+    const FwdTileScheduler<kMasked> scheduler{p.num_m_blocks, p.heads, p.batch, p.tile_section};
     if (warpgroup == 0) {
       setmaxnreg_dec<Traits::kProducerRegisters>();
       if (threadIdx.x == 0) FwdProducer<Traits>::run(p, s, scheduler);

@@ -21,7 +21,7 @@
 #include "kernels/sm90/fwd/fwd_epilogue.cuh"
 #include "kernels/sm90/fwd/fwd_mma.cuh"
 #include "kernels/sm90/fwd/fwd_params.h"
-#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.h"
 
 namespace flash4::sm90 {
 

@@ -34,6 +34,7 @@ struct FwdParams {
 
   int batch = 0, heads = 0, group = 1;  // group = heads / heads_kv
   int num_m_blocks = 0;                 // query tiles per (batch, head) of the longest sequence
+  int tile_section = 1;                 // (batch, head) pairs per L2 section of the masked tile order
 
   detail::SequenceLayout seq;     // where each batch entry's queries and keys lie
   detail::AttentionMask mask;     // window with causal folded in

@@ -4,8 +4,8 @@
 // to first, into a ring of `stages` slots (k_full / v_full on arrival; k_empty as soon as S = Q K^T is done and
 // v_empty after P V, so the next K load starts a whole softmax earlier). The ring runs on across tiles.
 // Tiles are handed out dynamically: a CTA starts with tile blockIdx.x and claims the next unclaimed one from a
-// global counter while this one's K/V stream, then publishes it to the consumers with its Q load (tile_id; -1 =
-// no more tiles). With two Q buffers that load is issued right after this tile's first K, V loads, so the
+// global counter near the end of this one's K/V stream (kClaimLead), then publishes it to the consumers with its
+// Q load (tile_id; -1 = no more tiles). With two Q buffers that load is issued right after the claim, so the
 // consumers find the next Q in place when they finish this tile; with one, after this tile's last S.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include "hw/sm90/shared_atomic.cuh"
 #include "hw/sm90/tma.cuh"
 #include "kernels/sm90/fwd/fwd_params.h"
-#include "kernels/sm90/fwd/fwd_tile_scheduler.cuh"
+#include "kernels/sm90/fwd/fwd_tile_scheduler.h"
 
 namespace flash4::sm90 {
 
@@ -24,6 +24,12 @@ struct FwdProducer {
   static constexpr int kStages = Traits::kStages, kQBuffers = Traits::kQBuffers, kChunks = Traits::kChunks;
   static constexpr int kChunkCols = Traits::kChunkCols;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  // With a mask the next tile is claimed with the key tile this many before the current tile's last: late
+  // enough that a CTA busy with a long tile leaves the next long one to a CTA that frees up sooner (claimed with
+  // the first, it held it for the whole tile: the longest-first order lost its balance), early enough that the
+  // claim's round trip and the next Q's load (two Q buffers) finish before the consumers need them. Tiles without
+  // a mask are all alike: claimed with the first key tile.
+  static constexpr int kClaimLead = Traits::kMasked ? 1 : 1 << 30;
 
   // Where key j of entry b lies in a KV cache (FwdParams::kv): (row, slot) coordinates of the cache map. 32-bit
   // and from the parameters directly (the producer runs on few registers). Pages are powers of two (the route
@@ -101,9 +107,13 @@ struct FwdProducer {
     for (;;) {
       if constexpr (kQBuffers == 1) load_q(t);  // after the previous tile's last S
       if (t >= scheduler.total()) break;
-      const int next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
       const FwdTile tile = scheduler.tile(t);
-      bool next_published = false;
+      int next = 0;
+      bool next_claimed = false, next_published = false;
+      auto claim_next = [&] {
+        next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+        next_claimed = true;
+      };
       const detail::SequenceInfo si = p.seq.info(tile.batch);
       const typename Traits::TileKeys keys =
           Traits::tile_keys(detail::SequenceMask::make(p.mask, si.seqlen_q, si.seqlen_k), tile.m_block);
@@ -111,6 +121,7 @@ struct FwdProducer {
       const int key0 = static_cast<int>(si.k_offset);
       const int batch = p.seq.cu_seqlens_k != nullptr ? 0 : tile.batch;  // packed: one batch entry
       for (int n = keys.n_max; n >= keys.n_min; --n) {
+        if (!next_claimed && n - keys.n_min <= kClaimLead) claim_next();
         mbarrier::wait(&s.k_empty[st.stage], st.phase ^ 1u);  // a fresh barrier counts as released
         mbarrier::arrive_expect_tx(&s.k_full[st.stage], Traits::kKTileBytes);
         load_keys<kChunks>(p, &p.tma_k, s.k[st.stage], key0 + n * kBlockN, head_kv, batch, &s.k_full[st.stage]);
@@ -121,11 +132,12 @@ struct FwdProducer {
           load_keys<Traits::kChunksV>(p, &p.tma_v, s.v[st.stage], key0 + n * kBlockN, head_kv, batch,
                                       &s.v_full[st.stage]);
         st.advance();
-        if (kQBuffers == 2 && !next_published) {
+        if (kQBuffers == 2 && next_claimed && !next_published) {
           load_q(next);  // the other buffer: released by the previous tile's last S
           next_published = true;
         }
       }
+      if (!next_claimed) claim_next();  // a tile without keys
       if (kQBuffers == 2 && !next_published) load_q(next);
       t = next;
     }
