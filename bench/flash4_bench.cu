@@ -445,9 +445,9 @@ int main(int argc, char** argv) {
         const double ms = median_ms_of(inputs.sets(), iters, [&](int set) {
           flash4::backward(inputs.backward_args(set, deterministic));
         });
-        std::printf("{\"impl\": \"%s\", \"pass\": \"backward\", \"b\": %d, \"s\": %d, \"h\": %d, \"d\": %d, "
-                    "\"causal\": %s, \"ms\": %.4f, \"tflops\": %.1f}\n",
-                    deterministic ? "flash4_deterministic" : "flash4", sh.b, sh.s, sh.h, sh.d,
+        std::printf("{\"impl\": \"%s\", \"pass\": \"backward\", \"b\": %d, \"s\": %d, \"h\": %d, \"hkv\": %d, "
+                    "\"d\": %d, \"causal\": %s, \"ms\": %.4f, \"tflops\": %.1f}\n",
+                    deterministic ? "flash4_deterministic" : "flash4", sh.b, sh.s, sh.h, sh.kv_heads(), sh.d,
                     sh.causal ? "true" : "false", ms, flops / ms / 1e9);
         std::fflush(stdout);
       }
