@@ -264,6 +264,12 @@ template <int D, bool M> struct DoubleP { static constexpr FwdTileConfig tile = 
 template <int D, bool M> struct Tile128 {
   static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_intra_wg_overlap(true).with_tile(128, 128);
 };
+template <int D, bool M> struct Tile128PingPong {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(128, 128).with_pingpong(true);
+};
+template <int D, bool M> struct Tile128Stages2 {
+  static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(128, 128).with_stages(2);
+};
 template <int D, bool M> struct Tile128DoubleP {
   static constexpr FwdTileConfig tile = fwd_tile_config(D, M).with_tile(128, 128).with_double_p(true);
 };
@@ -321,6 +327,8 @@ std::vector<Variant> tile_candidates(const Shape& sh) {
   if (sh.d == 256) v.push_back({"double_p", {}, launcher_for<256, DoubleP>(sh)});
   if (sh.d == 64) {
     v.push_back({"m128", {}, launcher_for<64, Tile128>(sh)});
+    v.push_back({"m128_pingpong", {}, launcher_for<64, Tile128PingPong>(sh)});
+    v.push_back({"m128_stages2", {}, launcher_for<64, Tile128Stages2>(sh)});
     v.push_back({"poly_1of8", {}, launcher_for<64, Poly<1>::Of>(sh)});
   }
   return v;
