@@ -150,6 +150,40 @@ TEST(ForwardFeatures, PersistentManyTiles) {
   run_and_check_forward(longer);
 }
 
+// The masked tile order in L2 sections (fwd_tile_scheduler.h) with the producer's late claim: whatever the
+// section, every tile is computed once, persistent or one CTA per tile. The library sizes sections from L2 (a
+// test problem would get one section); here they are forced, including sizes that divide neither the (batch,
+// head) pairs nor a GQA group.
+template <int kHeadDim, int kSection, bool kPersistent>
+void launch_with_section(const ForwardArgs& a) {
+  const detail::Problem p = detail::validate(a);
+  ASSERT_TRUE(p.has_mask());
+  sm90::FwdLaunchConfig launch = detail::choose_fwd_launch(p);
+  sm90::FwdParams params = detail::make_fwd_params(a, p, launch.tile);
+  params.tile_section = kSection;
+  launch.persistent = kPersistent;
+  sm90::launch_forward<__nv_bfloat16, kHeadDim, true>(params, launch, nullptr);
+}
+
+TEST(ForwardFeatures, MaskedTileOrderSections) {
+  const Launcher d128[] = {&launch_with_section<128, 1, true>, &launch_with_section<128, 7, true>,
+                           &launch_with_section<128, 30, true>, &launch_with_section<128, 4, false>};
+  for (Launcher launch : d128) {
+    CaseSpec s = make_case(3, 700, 700, 10, 2, 128, DType::kBFloat16, true);  // 30 pairs, groups of 5
+    s.checked_rows = 40;
+    run_and_check_forward(s, launch);
+  }
+  const Launcher d64[] = {&launch_with_section<64, 3, true>, &launch_with_section<64, 16, false>};
+  for (Launcher launch : d64) {
+    for (int seqlen : {700, 2500}) {  // the short 128-row tile and the 192-row tile
+      CaseSpec s = make_case(2, seqlen, seqlen, 4, 4, 64, DType::kBFloat16, true);
+      s.window_left = 300;  // tiles of a window differ in length too
+      s.checked_rows = 40;
+      run_and_check_forward(s, launch);
+    }
+  }
+}
+
 // Several tiles per persistent CTA that have a single K/V tile, or none (causal, seqlen_q > seqlen_k: rows < 200
 // see no key): the boundary cases of the d = 128 cross-tile stream (fwd_kernel.cuh, consume_stream), where the
 // next tile's first S is also its last, or a tile without keys sits between two with keys.
