@@ -103,7 +103,7 @@ struct FwdProducer {
       qst.advance();
     };
     int t = static_cast<int>(blockIdx.x);
-    if constexpr (kQBuffers == 2) load_q(t);  // then each next one after the current tile's first K, V
+    if constexpr (kQBuffers == 2) load_q(t);  // then each next one right after it is claimed
     for (;;) {
       if constexpr (kQBuffers == 1) load_q(t);  // after the previous tile's last S
       if (t >= scheduler.total()) break;
