@@ -15,6 +15,7 @@
 #include "hw/sm90/grid_dependency.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/sm90/decode/decode_launch.h"
+#include "kernels/sm90/decode/decode_split_merge.cuh"
 #include "kernels/sm90/device_math.cuh"
 #include "kernels/sm90/pack.cuh"
 
@@ -40,24 +41,14 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid
   const bool has_sink = p.sink != nullptr;
   const float sink = has_sink ? p.sink[h] : 0.0f;
 
-  // The LSE of every split, lane l holding splits l + 32 k; combined_lse's max and sum as warp reductions.
-  float lse_s[kSplitsPerLane];
-  float m = has_sink ? sink : detail::negative_infinity();
+  // The LSE of every split, lane l holding splits l + 32 k, merged by the warp.
+  float lse_s[kSplitsPerLane], weight[kSplitsPerLane];
 #pragma unroll
   for (int k = 0; k < kSplitsPerLane; ++k) {
     const int s = lane + 32 * k;
     lse_s[k] = s < splits ? lse_parts[s * rows] : detail::negative_infinity();
-    m = fmaxf(m, lse_s[k]);
   }
-  m = warp_max(m);
-  float sum = 0.0f;
-  if (m != detail::negative_infinity())
-#pragma unroll
-    for (int k = 0; k < kSplitsPerLane; ++k) sum += expf(lse_s[k] - m);  // exp(-inf) = 0 for absent splits
-  const float lse = detail::combined_lse_from_sum(m, warp_sum(sum), has_sink, sink);
-  float weight[kSplitsPerLane];
-#pragma unroll
-  for (int k = 0; k < kSplitsPerLane; ++k) weight[k] = detail::combine_weight(lse_s[k], lse);
+  const float lse = warp_combined_lse(lse_s, has_sink, sink, weight);
 
   // out = sum_s weight_s o_s, kBatch splits' loads issued before their sums; weight_s from lane s % 32.
   float acc[kPerLane] = {};

@@ -30,6 +30,26 @@ __device__ __forceinline__ RowTarget row_target(int packed, int group, int hkv) 
   return {packed / group, int64_t{hkv} * group + packed % group};
 }
 
+// The merged LSE of one row over its splits, by one warp: lane l holds the LSEs of splits l, l + 32, ... (-inf
+// where a split is absent or empty); common/lse_combine.h's max and sum as warp reductions, the learnable sink
+// (`sink`, when `has_sink`) in the denominator. Returns the row's LSE in every lane and each held part's weight.
+template <int kPerLane>
+__device__ __forceinline__ float warp_combined_lse(const float (&lse_s)[kPerLane], bool has_sink, float sink,
+                                                   float (&weight)[kPerLane]) {
+  float m = has_sink ? sink : detail::negative_infinity();
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) m = fmaxf(m, lse_s[k]);
+  m = warp_max(m);
+  float sum = 0.0f;
+  if (m != detail::negative_infinity())
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) sum += expf(lse_s[k] - m);  // exp(-inf) = 0 for absent splits
+  const float lse = detail::combined_lse_from_sum(m, warp_sum(sum), has_sink, sink);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) weight[k] = detail::combine_weight(lse_s[k], lse);
+  return lse;
+}
+
 // Shared memory of the merge, in the pipeline's stages (free once the CTA's own rows are stored): the weight of
 // every (row, split) part, (16, kMaxSplits) fp32; each row's merged LSE (16) fp32; the last-arrival flag.
 template <class Tile>
@@ -76,25 +96,16 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeParams& p, unsi
   for (int r = warp; r < rows_valid; r += kThreads / 32) {
     const RowTarget to = row_target(row0 + r, p.group, hkv);
     const int64_t at = (b * heads + to.h) * seqlen_q + to.i;
-    const float sink_h = sink != nullptr ? sink[to.h] : 0.0f;
-    float lse_s[kSplitsPerLane];
-    float m = sink != nullptr ? sink_h : detail::negative_infinity();
+    float lse_s[kSplitsPerLane], weight[kSplitsPerLane];
 #pragma unroll
     for (int k = 0; k < kSplitsPerLane; ++k) {
       const int s = lane + 32 * k;
       lse_s[k] = s < splits ? __ldcg(p.lse_partial + s * part_stride + at) : detail::negative_infinity();
-      m = fmaxf(m, lse_s[k]);
     }
-    m = warp_max(m);
-    float sum = 0.0f;
-    if (m != detail::negative_infinity())
-#pragma unroll
-      for (int k = 0; k < kSplitsPerLane; ++k) sum += expf(lse_s[k] - m);  // 0 for an empty or absent split
-    const float lse = detail::combined_lse_from_sum(m, warp_sum(sum), sink != nullptr, sink_h);
+    const float lse = warp_combined_lse(lse_s, sink != nullptr, sink != nullptr ? sink[to.h] : 0.0f, weight);
 #pragma unroll
     for (int k = 0; k < kSplitsPerLane; ++k)
-      if (lane + 32 * k < splits)
-        s_weight[r * detail::kMaxSplits + lane + 32 * k] = detail::combine_weight(lse_s[k], lse);
+      if (lane + 32 * k < splits) s_weight[r * detail::kMaxSplits + lane + 32 * k] = weight[k];
     if (lane == 0) s_lse[r] = lse;
   }
   __syncthreads();
