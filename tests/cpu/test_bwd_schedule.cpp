@@ -110,6 +110,19 @@ TEST(BwdSchedule, QRangeVisitsExactlyTheVisibleTiles) {
   check_ranges<WgmmaTileRoles<256>>("d256");
 }
 
+// The consumers' stepped loop position is the divided one: head it / m_count, step it % m_count.
+TEST(BwdSchedule, QStepMatchesDivision) {
+  for (int m_count : {1, 2, 3, 7, 64})
+    for (int m_first : {0, m_count / 2, m_count - 1}) {
+      const QRange range{5, m_count, m_first};
+      QStep at;
+      for (int it = 0; it < 4 * m_count + 3; ++it, at.advance(range)) {
+        ASSERT_EQ(at.head, it / m_count) << "m_count " << m_count << ", step " << it;
+        ASSERT_EQ(at.step, it % m_count) << "m_count " << m_count << ", step " << it;
+      }
+    }
+}
+
 // The schedule's tile questions, asked in the kernels' int band, give the answers of the common mask policy
 // (SequenceMask, 64-bit band): the same tiles visible, the same tiles cut, the same key / query tile ranges. The
 // kernels' tiles are full: tile_needs_mask looks at all kBlockM rows and kBlockN keys of a tile.

@@ -109,8 +109,9 @@ struct BwdWgmmaConsumer {
     };
     uint64_t k_item = 0, v_item = 0, k_mn_item = 0;
     if constexpr (kPersistent) kv_descs(k_item, v_item, k_mn_item);
-    for (int it = 0; it < iterations; ++it) {
-      const int m_block = range.m_block(it % range.m_count);
+    QStep at;
+    for (int it = 0; it < iterations; ++it, at.advance(range)) {
+      const int m_block = range.m_block(at.step);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
@@ -217,13 +218,16 @@ struct BwdWgmmaConsumer {
       // of row r at u ^ (r % 8), so a warp's float2 stores hit each bank twice, the minimum for 256 bytes); the
       // buffer's dQ writer adds it into the accumulator. ----
       mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
+      // Element i is row r = 16 warp + g + 8 ((i / 2) % 2), columns c, c + 1 with c = 8 (i / 4) + 2 t: half c /
+      // 32 = i / 16, unit (c % 32) / 4 = 2 j + t / 2 with j = (i / 4) % 4, and r % 8 = g for every i. So the
+      // swizzled unit is (t / 2 ^ g) ^ 2 j: one per-thread offset whose bits 5-6 are flipped by j, the row and
+      // half steps immediates of the store.
       char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
+      const uint32_t dq_off = (warp * 16 + g) * 128 + ((((t / 2) ^ g)) * 16) + ((2 * t) % 4) * 4;
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const int r = warp * 16 + g + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * t;  // c, c + 1 of 64
-        const int half = c / 32, unit = (c % 32) / 4;
-        *reinterpret_cast<float2*>(s_dq + half * (64 * 128) + r * 128 + ((unit ^ (r % 8)) * 16) + (c % 4) * 4) =
-            make_float2(acc_dq[i], acc_dq[i + 1]);
+        const uint32_t at = (i / 16) * (64 * 128) + ((i / 2) % 2) * (8 * 128) + (dq_off ^ (((i / 4) % 4) << 5));
+        *reinterpret_cast<float2*>(s_dq + at) = make_float2(acc_dq[i], acc_dq[i + 1]);
       }
       fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
       __syncwarp();

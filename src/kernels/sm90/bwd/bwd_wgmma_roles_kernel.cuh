@@ -110,7 +110,9 @@ struct BwdWgmmaRolesKernel {
 
   static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+    // Uniform across a warp by construction; the shuffle makes it uniform to the compiler too, so that what
+    // derives from it (the warpgroup's tile addresses, its wgmma descriptors) lives in uniform registers.
+    const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
     if (threadIdx.x == 0) {
       init_producer_barriers<BwdWgmmaRolesKernel>(s);
       mbarrier::fence_init();
@@ -213,9 +215,10 @@ struct BwdWgmmaRolesKernel {
     mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
-    for (int it = 0; it < iterations; ++it) {
-      const int h = gp.h_first + it / range.m_count;
-      const int m_block = range.m_block(it % range.m_count);
+    QStep at;
+    for (int it = 0; it < iterations; ++it, at.advance(range)) {
+      const int h = gp.h_first + at.head;
+      const int m_block = range.m_block(at.step);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
@@ -289,9 +292,10 @@ struct BwdWgmmaRolesKernel {
     mbarrier::wait(&s.kv_full, 0);
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
-    for (int it = 0; it < iterations; ++it) {
-      const int h = gp.h_first + it / range.m_count;
-      const int m_block = range.m_block(it % range.m_count);
+    QStep at;
+    for (int it = 0; it < iterations; ++it, at.advance(range)) {
+      const int h = gp.h_first + at.head;
+      const int m_block = range.m_block(at.step);
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       const int buf = it & 1;
