@@ -50,10 +50,12 @@ struct BwdWgmmaConsumer {
     if (need_mask) apply_mask<kBlockM, kMasked>(e, acc_s, key_row, m0, t);
   }
 
-  // ... and, once dP^T is in, dS^T = P^T (dP^T - D) in place in acc_dp, with P^T read back from the 16-bit A
-  // fragments of dV: keeping the fp32 P^T live across the dP^T wait made ptxas serialize the wgmmas for lack of
-  // registers. (The extra rounding of P^T is below the 16-bit rounding dS^T gets for its own matmuls.)
-  static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage,
+  // ... and, once dP^T is in, dS^T = P^T (dP^T - D) in place in acc_dp. With 64-row Q tiles (d = 96, 128) the
+  // fp32 P^T (32 registers) stays live across the dP^T wait. With 128-row tiles (d = 64) it would be 64 registers,
+  // which spill, so P^T is read back from the 16-bit A fragments of dV instead (the extra rounding is below the
+  // 16-bit rounding dS^T gets for its own matmuls).
+  static constexpr bool kKeepProbsFp32 = kBlockM <= 64;
+  static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage, const float (&acc_s)[kBlockM / 2],
                                                  const uint32_t (&p_frag)[kBlockM / 16][4], float (&acc_dp)[kBlockM / 2],
                                                  int t) {
 #pragma unroll
@@ -62,7 +64,8 @@ struct BwdWgmmaConsumer {
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {  // elements 4 jn + 2 pair + {0, 1}: one 16-bit pair of p_frag
         const int i = 4 * jn + 2 * pair;
-        const float2 prob = unpack2<Element>(p_frag[i / 8][(i % 8) / 2]);
+        const float2 prob = kKeepProbsFp32 ? make_float2(acc_s[i], acc_s[i + 1])
+                                           : unpack2<Element>(p_frag[i / 8][(i % 8) / 2]);
         acc_dp[i] = prob.x * (acc_dp[i] - dsum2.x);
         acc_dp[i + 1] = prob.y * (acc_dp[i + 1] - dsum2.y);
       }
@@ -171,7 +174,7 @@ struct BwdWgmmaConsumer {
         issue_dv();
         wgmma::wait_group<1>();  // dP^T is in (dV may still run)
         wgmma::fence_operand(acc_dp);
-        dscores(s, stage, p_frag, acc_dp, t);
+        dscores(s, stage, acc_s, p_frag, acc_dp, t);
       } else {
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_s);
