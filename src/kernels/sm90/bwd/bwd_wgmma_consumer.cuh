@@ -223,10 +223,10 @@ struct BwdWgmmaConsumer {
       mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
       // Element i is row r = 16 warp + g + 8 ((i / 2) % 2), columns c, c + 1 with c = 8 (i / 4) + 2 t: half c /
       // 32 = i / 16, unit (c % 32) / 4 = 2 j + t / 2 with j = (i / 4) % 4, and r % 8 = g for every i. So the
-      // swizzled unit is (t / 2 ^ g) ^ 2 j: one per-thread offset whose bits 5-6 are flipped by j, the row and
+      // swizzled unit is ((t / 2) ^ g) ^ 2 j: one per-thread offset whose bits 5-6 are flipped by j, the row and
       // half steps immediates of the store.
       char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
-      const uint32_t dq_off = (warp * 16 + g) * 128 + ((((t / 2) ^ g)) * 16) + ((2 * t) % 4) * 4;
+      const uint32_t dq_off = (warp * 16 + g) * 128 + ((t / 2) ^ g) * 16 + ((2 * t) % 4) * 4;
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const uint32_t at = (i / 16) * (64 * 128) + ((i / 2) % 2) * (8 * 128) + (dq_off ^ (((i / 4) % 4) << 5));
