@@ -339,6 +339,7 @@ PY
         ncu -i "$OUT/source-bwd-det.ncu-rep" --page source --csv --print-source sass >"$OUT/source-bwd-det.csv" \
           2>>"$OUT/ncu-bwd-source.log"
       summary+=("ncu bwd det source: rc=$?")
+      python3 bench/stall_sites.py "$OUT/source-bwd-det.csv" --top 30 >"$OUT/stall-sites-bwd-det.txt" 2>&1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Stall|Grid Size" \
         "$OUT/ncu-bwd.txt" | head -60
       ;;
