@@ -18,6 +18,13 @@
 
 namespace flash4::sm90::wgmma {
 
+// The calling thread's warpgroup, threadIdx.x / 128: uniform across a warp by construction, and through the
+// shuffle from lane 0 uniform to the compiler too, so that what derives from it (a warpgroup's tile addresses,
+// its descriptors) lives in uniform registers instead of being rebuilt in vector registers for every wgmma.
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+}
+
 __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   uint64_t desc = 0;

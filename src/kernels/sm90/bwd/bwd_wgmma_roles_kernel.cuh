@@ -110,9 +110,7 @@ struct BwdWgmmaRolesKernel {
 
   static __device__ __forceinline__ void run(const BwdWgmmaParams& P, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-    // Uniform across a warp by construction; the shuffle makes it uniform to the compiler too, so that what
-    // derives from it (the warpgroup's tile addresses, its wgmma descriptors) lives in uniform registers.
-    const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+    const int warpgroup = wgmma::warpgroup_index();
     if (threadIdx.x == 0) {
       init_producer_barriers<BwdWgmmaRolesKernel>(s);
       mbarrier::fence_init();

@@ -36,6 +36,8 @@ struct FwdKernel {
 
   static __device__ __forceinline__ void run(const FwdParams& p, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+    // Not wgmma::warpgroup_index(): with the consumers' descriptors in uniform registers the d = 256 forward
+    // ran slower (docs/performance.md 4.8).
     const int warpgroup = threadIdx.x / 128;
     if (threadIdx.x == 0) {
       for (int i = 0; i < Traits::kQBuffers; ++i) {
