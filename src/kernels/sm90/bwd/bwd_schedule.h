@@ -71,7 +71,7 @@ struct QRange {
 };
 
 // A consumer's place in its work item's loop over (query head, Q tile): head = it / m_count and step = it %
-// m_count of loop step `it`, advanced at each step instead of divided (the division cost ~30 instructions per tile).
+// m_count of loop step `it`, advanced at each step so that the per-tile path has no integer division.
 struct QStep {
   int head = 0, step = 0;
   FLASH4_HD void advance(const QRange& r) {
