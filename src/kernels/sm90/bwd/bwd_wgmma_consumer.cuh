@@ -37,10 +37,11 @@ struct BwdWgmmaConsumer {
   // P^T in place in acc_s ...
   template <class Entry>
   static __device__ __forceinline__ void probs(const BwdParams& p, const Entry& e, const SharedStorage& s, int stage,
-                                               float (&acc_s)[kBlockM / 2], bool need_mask, int key_row, int m0, int t) {
+                                               float (&acc_s)[kBlockM / 2], float2 lse_first, bool need_mask, int key_row,
+                                               int m0, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
+      const float2 lse2 = jn == 0 ? lse_first : *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * jn + e;
@@ -57,10 +58,10 @@ struct BwdWgmmaConsumer {
   static constexpr bool kKeepProbsFp32 = kBlockM <= 64;
   static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage, const float (&acc_s)[kBlockM / 2],
                                                  const uint32_t (&p_frag)[kBlockM / 16][4], float (&acc_dp)[kBlockM / 2],
-                                                 int t) {
+                                                 float2 dsum_first, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
+      const float2 dsum2 = jn == 0 ? dsum_first : *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {  // elements 4 jn + 2 pair + {0, 1}: one 16-bit pair of p_frag
         const int i = 4 * jn + 2 * pair;
@@ -167,14 +168,18 @@ struct BwdWgmmaConsumer {
       // Without softcap the exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before
       // dS^T: faster than one fused pass after both matmuls, which leaves the tensor cores idle during the exps.
       if constexpr (!kSoftcap) {
+        // The first LSE and D pairs are read before each wait, so that the first element's arithmetic does not
+        // wait for a shared-memory load after the matmul is in (the later pairs' loads overlap earlier pairs).
+        const float2 lse_first = *reinterpret_cast<const float2*>(&s.lse[stage][2 * t]);
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
-        probs(p, e, s, stage, acc_s, need_mask, key_row, m0, t);
+        probs(p, e, s, stage, acc_s, lse_first, need_mask, key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
         issue_dv();
+        const float2 dsum_first = *reinterpret_cast<const float2*>(&s.dsum[stage][2 * t]);
         wgmma::wait_group<1>();  // dP^T is in (dV may still run)
         wgmma::fence_operand(acc_dp);
-        dscores(s, stage, acc_s, p_frag, acc_dp, t);
+        dscores(s, stage, acc_s, p_frag, acc_dp, dsum_first, t);
       } else {
         wgmma::wait_group<0>();
         wgmma::fence_operand(acc_s);

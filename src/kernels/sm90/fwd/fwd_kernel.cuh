@@ -36,9 +36,11 @@ struct FwdKernel {
 
   static __device__ __forceinline__ void run(const FwdParams& p, char* smem_raw) {
     SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-    // Not wgmma::warpgroup_index(): with the consumers' descriptors in uniform registers the d = 256 forward
-    // ran slower (docs/performance.md 4.8).
-    const int warpgroup = threadIdx.x / 128;
+    // Three consumer warpgroups (d = 64's 192-row tiles) share each scheduler three ways and are issue-bound:
+    // the warp-uniform index keeps their Q / V descriptors in uniform registers, with no per-block moves. Two
+    // consumers are not issue-bound, and there the plain index ran faster (docs/performance.md 3.11).
+    const int warpgroup =
+        Traits::kConsumers == 3 ? wgmma::warpgroup_index() : static_cast<int>(threadIdx.x / 128);
     if (threadIdx.x == 0) {
       for (int i = 0; i < Traits::kQBuffers; ++i) {
         mbarrier::init(&s.q_full[i], 1);
