@@ -165,8 +165,8 @@ struct BwdWgmmaConsumer {
         }
         wgmma::commit_group();
       };
-      // Without softcap the exps of P^T run while dP^T is on the tensor cores, and dV is queued behind dP^T before
-      // dS^T: faster than one fused pass after both matmuls, which leaves the tensor cores idle during the exps.
+      // Without softcap the exps of P^T run while dP^T is on the tensor cores: faster than one fused pass after
+      // both matmuls, which leaves the tensor cores idle during the exps.
       if constexpr (!kSoftcap) {
         // The first LSE and D pairs are read before each wait, so that the first element's arithmetic does not
         // wait for a shared-memory load after the matmul is in (the later pairs' loads overlap earlier pairs).
@@ -175,9 +175,8 @@ struct BwdWgmmaConsumer {
         wgmma::fence_operand(acc_s);
         probs(p, e, s, stage, acc_s, lse_first, need_mask, key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-        issue_dv();
         const float2 dsum_first = *reinterpret_cast<const float2*>(&s.dsum[stage][2 * t]);
-        wgmma::wait_group<1>();  // dP^T is in (dV may still run)
+        wgmma::wait_group<0>();  // dP^T is in
         wgmma::fence_operand(acc_dp);
         dscores(s, stage, acc_s, p_frag, acc_dp, dsum_first, t);
       } else {
@@ -189,14 +188,15 @@ struct BwdWgmmaConsumer {
         probs_and_dscores<kBlockM, kMasked, kSoftcap>(p, e, s.lse[stage], s.dsum[stage], acc_s, acc_dp, need_mask,
                                                       key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-        issue_dv();
       }
       to_a_fragments<Element, kBlockM>(acc_dp, ds_frag);
 
-      // ---- dS (queries x this warpgroup's 64 keys) to shared while dV runs ----
+      // ---- dS (queries x this warpgroup's 64 keys) to shared, then dV: it runs while the warpgroup fences and
+      // waits at the dS barrier, which no matmul of its own covered when dV was issued before dS^T ----
       const uint32_t s_ds = smem_addr(&s.ds[buf][wg][0][0]) + st_off;
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) stmatrix_x4_trans(s_ds + ks * 16 * 128, ds_frag[ks]);
+      issue_dv();
       fence_async_shared();                            // generic-proxy stores -> wgmma (async proxy) reads
       named_barrier_sync(kBarDsReady, 2 * 128);        // both halves of dS are written
 
