@@ -14,12 +14,13 @@
 //     S^T  = K_w Q^T       wgmma SS, 64 x kBlockM: A = K (K-major: d contiguous), B = Q (K-major)
 //     dP^T = V_w dO^T      wgmma SS, same shapes with V, dO
 //     P^T  = exp2(S^T * scale * log2e - LSE * log2e) masked; dS^T = P^T (dP^T - D) [* (1 - tanh^2) with softcap]
-//                          (without softcap P^T is computed while dP^T is still running, and dV issued before dS^T)
-//     dV  += P^T dO        wgmma RS: A = P^T from registers (the accumulator layout is the A fragment layout with
+//                          (without softcap P^T is computed while dP^T is still running)
+//     dS   -> shared       stmatrix .trans turns the dS^T fragments into dS rows (queries) with keys contiguous, in
+//                          the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys. Double buffered,
+//                          one 256-thread named barrier per tile ("both halves of dS written").
+//     dV  += P^T dO        (issued after the dS stores, so it runs during the fence and that barrier)
+//                          wgmma RS: A = P^T from registers (the accumulator layout is the A fragment layout with
 //                          k = queries), B = dO (MN-major: d contiguous, transposed)
-//     dS   -> shared       (while dV runs) stmatrix .trans turns the dS^T fragments into dS rows (queries) with keys
-//                          contiguous, in the 128B-swizzled K-major layout: chunk w = this warpgroup's 64 keys.
-//                          Double buffered, one 256-thread named barrier per tile ("both halves of dS written").
 //     dQ   = dS K          (issued before dK, so that its piece is staged while dK runs)
 //                          wgmma SS: A = dS (K-major, k = the CTA's 128 keys), B = K (MN-major); each warpgroup
 //                          computes a 64 x 64 piece (bwd_wgmma_config.h) and stages it in shared memory (fp32,
