@@ -37,8 +37,8 @@ struct BwdWgmmaConsumer {
   // P^T in place in acc_s ...
   template <class Entry>
   static __device__ __forceinline__ void probs(const BwdParams& p, const Entry& e, const SharedStorage& s, int stage,
-                                               float (&acc_s)[kBlockM / 2], float2 lse_first, bool need_mask, int key_row,
-                                               int m0, int t) {
+                                               float (&acc_s)[kBlockM / 2], float2 lse_first, bool need_mask,
+                                               int key_row, int m0, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
       const float2 lse2 = jn == 0 ? lse_first : *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
@@ -57,8 +57,8 @@ struct BwdWgmmaConsumer {
   // 16-bit rounding dS^T gets for its own matmuls).
   static constexpr bool kKeepProbsFp32 = kBlockM <= 64;
   static __device__ __forceinline__ void dscores(const SharedStorage& s, int stage, const float (&acc_s)[kBlockM / 2],
-                                                 const uint32_t (&p_frag)[kBlockM / 16][4], float (&acc_dp)[kBlockM / 2],
-                                                 float2 dsum_first, int t) {
+                                                 const uint32_t (&p_frag)[kBlockM / 16][4],
+                                                 float (&acc_dp)[kBlockM / 2], float2 dsum_first, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
       const float2 dsum2 = jn == 0 ? dsum_first : *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);

@@ -29,8 +29,8 @@
 //                          accumulator with two TMA reduce-adds (cp.reduce.async.bulk.tensor .add, 64 x 32
 //                          floats each). In deterministic mode a per-(b, h, Q tile) semaphore orders the CTAs'
 //                          additions by n_block (grid_n_block in bwd_schedule.h: shortest first under a mask);
-//                          the waits on it stall only the writers. Non-deterministic CTAs start their Q loop at different tiles (QRange) so that
-//                          they do not add into the same rows at once.
+//                          the waits on it stall only the writers. Non-deterministic CTAs start their Q loop at
+//                          different tiles (QRange) so that they do not add into the same rows at once.
 //     dK  += dS^T Q        wgmma RS, as dV with dS^T and Q
 //   dK (* softmax_scale) and dV are written once at the end, from registers (a quad of lanes writes 16 contiguous
 //   bytes). GQA needs no atomics on dK/dV: the CTA loops over the query heads sharing its K/V head; a split group
