@@ -169,7 +169,8 @@ struct BwdWgmmaConsumer {
       // both matmuls, which leaves the tensor cores idle during the exps.
       if constexpr (!kSoftcap) {
         // The first LSE and D pairs are read before each wait, so that the first element's arithmetic does not
-        // wait for a shared-memory load after the matmul is in (the later pairs' loads overlap earlier pairs).
+        // wait for a shared-memory load after the matmul is in (the later pairs' loads overlap earlier pairs;
+        // holding every pair across the wait ran slower, docs/performance.md 4.9).
         const float2 lse_first = *reinterpret_cast<const float2*>(&s.lse[stage][2 * t]);
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
