@@ -41,7 +41,7 @@ struct BwdWgmmaConsumer {
                                                int key_row, int m0, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 lse2 = jn == 0 ? lse_first : *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
+      const float2 lse2 = jn == 0 ? lse_first : row_pair(s.lse[stage], jn, t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * jn + e;
@@ -61,7 +61,7 @@ struct BwdWgmmaConsumer {
                                                  float (&acc_dp)[kBlockM / 2], float2 dsum_first, int t) {
 #pragma unroll
     for (int jn = 0; jn < kBlockM / 8; ++jn) {
-      const float2 dsum2 = jn == 0 ? dsum_first : *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
+      const float2 dsum2 = jn == 0 ? dsum_first : row_pair(s.dsum[stage], jn, t);
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {  // elements 4 jn + 2 pair + {0, 1}: one 16-bit pair of p_frag
         const int i = 4 * jn + 2 * pair;
@@ -171,12 +171,12 @@ struct BwdWgmmaConsumer {
         // The first LSE and D pairs are read before each wait, so that the first element's arithmetic does not
         // wait for a shared-memory load after the matmul is in (the later pairs' loads overlap earlier pairs;
         // holding every pair across the wait ran slower, docs/performance.md 4.9).
-        const float2 lse_first = *reinterpret_cast<const float2*>(&s.lse[stage][2 * t]);
+        const float2 lse_first = row_pair(s.lse[stage], 0, t);
         wgmma::wait_group<1>();  // S^T is in
         wgmma::fence_operand(acc_s);
         probs(p, e, s, stage, acc_s, lse_first, need_mask, key_row, m0, t);
         to_a_fragments<Element, kBlockM>(acc_s, p_frag);
-        const float2 dsum_first = *reinterpret_cast<const float2*>(&s.dsum[stage][2 * t]);
+        const float2 dsum_first = row_pair(s.dsum[stage], 0, t);
         wgmma::wait_group<0>();  // dP^T is in
         wgmma::fence_operand(acc_dp);
         dscores(s, stage, acc_s, p_frag, acc_dp, dsum_first, t);

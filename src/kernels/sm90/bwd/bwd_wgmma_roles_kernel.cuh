@@ -229,7 +229,7 @@ struct BwdWgmmaRolesKernel {
       float dscore[kSoftcap ? kBlockM / 2 : 1];
 #pragma unroll
       for (int jn = 0; jn < kBlockM / 8; ++jn) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(&s.lse[stage][8 * jn + 2 * t]);
+        const float2 lse2 = row_pair(s.lse[stage], jn, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 4 * jn + e;
@@ -306,7 +306,7 @@ struct BwdWgmmaRolesKernel {
       named_barrier_sync(kBarPReady, 2 * 128);
 #pragma unroll
       for (int jn = 0; jn < kBlockM / 8; ++jn) {
-        const float2 dsum2 = *reinterpret_cast<const float2*>(&s.dsum[stage][8 * jn + 2 * t]);
+        const float2 dsum2 = row_pair(s.dsum[stage], jn, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 4 * jn + e;

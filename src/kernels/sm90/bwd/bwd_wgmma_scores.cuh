@@ -35,6 +35,12 @@ __device__ __forceinline__ void apply_mask(const Shape& p, float (&acc)[kBlockM 
   }
 }
 
+// The two per-query values (LSE * log2e or D) of accumulator columns 8 jn + 2 t and + 1, from a Q tile's row
+// array in shared memory.
+__device__ __forceinline__ float2 row_pair(const float* rows, int jn, int t) {
+  return *reinterpret_cast<const float2*>(&rows[8 * jn + 2 * t]);
+}
+
 // One pass: P^T = exp2(score * log2e - LSE * log2e) into acc_s and dS^T = P^T (dP^T - D) [* (1 - tanh^2) with
 // softcap, score = cap tanh(S scale / cap)] into acc_dp, in place (lse_log2 / dsum: the Q tile's kBlockM rows);
 // then, on tiles the mask cuts, both masked.
@@ -45,8 +51,8 @@ __device__ __forceinline__ void probs_and_dscores(const BwdParams& p, const Entr
                                                   bool need_mask, int key_row, int m0, int t) {
 #pragma unroll
   for (int jn = 0; jn < kBlockM / 8; ++jn) {
-    const float2 lse2 = *reinterpret_cast<const float2*>(&lse_log2[8 * jn + 2 * t]);
-    const float2 dsum2 = *reinterpret_cast<const float2*>(&dsum[8 * jn + 2 * t]);
+    const float2 lse2 = row_pair(lse_log2, jn, t);
+    const float2 dsum2 = row_pair(dsum, jn, t);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = 4 * jn + e;
