@@ -24,7 +24,8 @@
 // Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
 // the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
 // it between calls). Layout, each part 256-byte aligned:
-//   dq_accum   fp32 (b, h, sq, d)   zeroed by the preprocess kernel ((h, total_q, d) with packed queries)
+//   dq_accum   fp32 (b, h, sq, dq_accum_cols)   zeroed by the preprocess kernel ((h, total_q, ..) with packed
+//              queries); d wide, or 32-column blocks in fragment order (bwd_params.h)
 //   dsum       fp32 (b, h, sq)      ((h, total_q) with packed queries, as lse_log2)
 //   lse_log2   fp32 (b, h, sq)
 //   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
@@ -240,7 +241,7 @@ int group_parts_for(const sm90::BwdParams& params, int block_m, int block_n) {
 template <class Element>
 void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cudaStream_t stream) {
   using namespace flash4::sm90::bwd;
-  const int64_t blocks = post ? (rows * (params.head_dim / 8) + kPrepostThreads - 1) / kPrepostThreads
+  const int64_t blocks = post ? (dq_post_threads(params, rows) + kPrepostThreads - 1) / kPrepostThreads
                               : (rows + kPrepostThreads / kPreLanesPerRow - 1) / (kPrepostThreads / kPreLanesPerRow);
   if (blocks > INT_MAX) throw Error(Status::kNotSupported, "flash4::backward: problem too large for the GPU backward");
   if (post) {
@@ -388,10 +389,16 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   }
 
   if (wgmma) params.group_parts = group_parts_for(params, block_m, block_n);
+  // The wgmma kernel of widths 64 / 96 / 128 stages its dQ pieces in fragment order (bwd_params.h): 2-5 % faster;
+  // the others add into row-major rows, and so does that kernel in deterministic mode without a mask, where the
+  // CTAs add into each Q tile one after another and the row-major staging measured 3-6 % faster
+  // (docs/performance.md 4.10).
+  params.dq_fragment_order = wgmma && width <= 128 && !(args.deterministic && !p.has_mask());
+  params.dq_accum_cols = static_cast<int>(params.dq_fragment_order ? (p.head_dim + 31) / 32 * 32 : p.head_dim);
 
   // Rows of the LSE / D / dQ-accumulator workspace, (b, h, sq) or (h, total_q) with packed queries.
   const int64_t rows = p.heads * (p.varlen() ? p.total_q : p.batch * p.seqlen_q);
-  const size_t accum_bytes = align256(static_cast<size_t>(rows * p.head_dim) * sizeof(float));
+  const size_t accum_bytes = align256(static_cast<size_t>(rows * params.dq_accum_cols) * sizeof(float));
   const size_t row_bytes = align256(static_cast<size_t>(rows) * sizeof(float));
   const int64_t col_slices = wgmma ? 1 : mma_col_slices(width);
   const size_t sem_bytes =
@@ -479,7 +486,8 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
       wp.tma_do = map(args.dout, dout, p.heads, p.head_dim_v, block_m);
       wp.tma_k = map(args.k, k, p.heads_kv, p.head_dim, block_n);
       wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, block_n);
-      wp.tma_dq = sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, p.head_dim, 64);
+      wp.tma_dq =
+          sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, params.dq_accum_cols, 64);
       if (sequences) {
         if (bf16) launch_wgmma<__nv_bfloat16, true>(wp, width, width_v, p.has_mask(), s);
         else launch_wgmma<__half, true>(wp, width, width_v, p.has_mask(), s);

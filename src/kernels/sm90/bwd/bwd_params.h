@@ -36,7 +36,11 @@ struct BwdParams {
   BshdStrides dq_stride, dk_stride, dv_stride;
 
   // Workspace (one cudaMallocAsync block, see bwd_api.cu), all contiguous.
-  float* dq_accum = nullptr;  // (b, h, sq, d) fp32, zeroed; holds sum_j dS_ij k_j (scale applied in postprocess)
+  // (b, h, sq, dq_accum_cols) fp32, zeroed; holds sum_j dS_ij k_j (scale applied in postprocess). Rows are d
+  // wide, or with dq_fragment_order rounded up to 32 and each 32-column block permuted (dq_fragment_column).
+  float* dq_accum = nullptr;
+  int dq_accum_cols = 0;
+  bool dq_fragment_order = false;
   float* dsum = nullptr;      // (b, h, sq) D_i = sum_d dO_i * O_i
   float* lse_log2 = nullptr;  // (b, h, sq) LSE * log2(e); +inf for a fully masked row so that P = exp2(-inf) = 0
   int* semaphores = nullptr;  // (b, h, m_blocks), zeroed; deterministic mode only
@@ -95,6 +99,15 @@ struct BwdParams {
   static constexpr int q_offset = 0, k_offset = 0;  // rows start at position 0 of entry b
   static constexpr bool packed_q = false, packed_k = false;  // tensors indexed by (b, position)
 };
+
+// Where column c of dQ lies in a dq_fragment_order accumulator row: each 32-column block is two groups q of 16,
+// and the four columns 2t, 2t + 1, 2t + 8, 2t + 9 of group q (one thread's in a wgmma accumulator fragment) are the
+// four floats of 16-byte unit 2t + q, so that the wgmma kernel stages a dQ piece with 16-byte stores
+// (bwd_wgmma_consumer.cuh) and the postprocess reads four whole units per 16 columns.
+FLASH4_HD int dq_fragment_column(int c) {
+  const int in_block = c % 32, q = in_block / 16, hi = (in_block % 16) / 8, t = (in_block % 8) / 2;
+  return c - in_block + 4 * (2 * t + q) + 2 * hi + in_block % 2;
+}
 
 // Largest |j - i| the kernels meet is below 2^30 + 2^7 (seqlens are limited to 2^30 by cuda_can_backward).
 inline constexpr int kBandSentinel = (1 << 30) + (1 << 20);

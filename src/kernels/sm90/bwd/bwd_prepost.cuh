@@ -39,8 +39,9 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
                           h * p.dout_stride.head;
     const Element* g_o =
         static_cast<const Element*>(p.out) + b * p.out_stride.batch + i * p.out_stride.seq + h * p.out_stride.head;
-    float4* accum_row = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim);  // 16-byte aligned: d % 8 == 0
-    for (int c = sub; c < p.head_dim / 4; c += kPreLanesPerRow) accum_row[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // 16-byte aligned: dq_accum_cols % 8 == 0
+    float4* accum_row = reinterpret_cast<float4*>(p.dq_accum + row * p.dq_accum_cols);
+    for (int c = sub; c < p.dq_accum_cols / 4; c += kPreLanesPerRow) accum_row[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int c = sub * 8; c < p.head_dim_v; c += kPreLanesPerRow * 8) {  // dO and O: v's head dim
       const uint4 x = *reinterpret_cast<const uint4*>(g_do + c);
       const uint4 y = *reinterpret_cast<const uint4*>(g_o + c);
@@ -122,27 +123,57 @@ __global__ void __launch_bounds__(32) bwd_dsink_sum_kernel(const __grid_constant
   if (threadIdx.x == 0) p.dsink[h] = -acc;
 }
 
-// dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), 8 elements (one 16-byte store) per thread.
+// Columns of dQ one postprocess thread writes: 8 (one 16-byte store) from a row-major accumulator, 16 (two) from a
+// fragment-order one (the 16 columns of one group: four 16-byte loads, bwd_params.h).
+FLASH4_HD int dq_post_columns(const BwdParams& p) { return p.dq_fragment_order ? 16 : 8; }
+FLASH4_HD int64_t dq_post_threads(const BwdParams& p, int64_t rows) {
+  const int per_row = (p.dq_fragment_order ? p.dq_accum_cols : p.head_dim) / dq_post_columns(p);
+  return rows * per_row;
+}
+
+// dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), dq_post_columns per thread.
+template <class Element>
+__device__ __forceinline__ uint4 scaled_pack8(const float (&x)[8], float s) {
+  uint4 out;
+  out.x = pack2<Element>(x[0] * s, x[1] * s);
+  out.y = pack2<Element>(x[2] * s, x[3] * s);
+  out.z = pack2<Element>(x[4] * s, x[5] * s);
+  out.w = pack2<Element>(x[6] * s, x[7] * s);
+  return out;
+}
 template <class Element>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_dq_kernel(const __grid_constant__ BwdParams p) {
-  const int chunks_per_row = p.head_dim / 8;
+  const int cols = dq_post_columns(p);
+  const int per_row = (p.dq_fragment_order ? p.dq_accum_cols : p.head_dim) / cols;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kPrepostThreads + threadIdx.x;
-  if (idx >= rows * chunks_per_row) return;
-  const int64_t row = idx / chunks_per_row;
-  const int c = static_cast<int>(idx % chunks_per_row) * 8;
+  if (idx >= rows * per_row) return;
+  const int64_t row = idx / per_row;
+  const int c = static_cast<int>(idx % per_row) * cols;
   const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, h = bh % p.heads, b = bh / p.heads;
-  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + row * p.head_dim + c);
-  const float4 lo = src[0], hi = src[1];
-  const float s = p.softmax_scale;
-  uint4 out;
-  out.x = pack2<Element>(lo.x * s, lo.y * s);
-  out.y = pack2<Element>(lo.z * s, lo.w * s);
-  out.z = pack2<Element>(hi.x * s, hi.y * s);
-  out.w = pack2<Element>(hi.z * s, hi.w * s);
   Element* dst =
       static_cast<Element*>(p.dq) + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head + c;
-  *reinterpret_cast<uint4*>(dst) = out;
+  const float s = p.softmax_scale;
+  if (p.dq_fragment_order) {
+    // Group q = (c % 32) / 16 of its 32-column block: units 2t + q (t = 0..3) hold columns 2t, 2t + 1, 2t + 8,
+    // 2t + 9 of the group.
+    const float4* src =
+        reinterpret_cast<const float4*>(p.dq_accum + row * p.dq_accum_cols + (c - c % 32)) + (c % 32) / 16;
+    float lo[8], hi[8];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float4 u = src[2 * t];
+      lo[2 * t] = u.x, lo[2 * t + 1] = u.y, hi[2 * t] = u.z, hi[2 * t + 1] = u.w;
+    }
+    // Columns past the true head dim (a padded kernel's zeros; d is a multiple of 8) are not written.
+    if (c < p.head_dim) *reinterpret_cast<uint4*>(dst) = scaled_pack8<Element>(lo, s);
+    if (c + 8 < p.head_dim) *reinterpret_cast<uint4*>(dst + 8) = scaled_pack8<Element>(hi, s);
+    return;
+  }
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + row * p.dq_accum_cols + c);
+  const float4 a = src[0], z = src[1];
+  const float x[8] = {a.x, a.y, a.z, a.w, z.x, z.y, z.z, z.w};
+  *reinterpret_cast<uint4*>(dst) = scaled_pack8<Element>(x, s);
 }
 
 }  // namespace flash4::sm90::bwd

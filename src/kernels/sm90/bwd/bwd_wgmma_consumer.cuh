@@ -72,6 +72,38 @@ struct BwdWgmmaConsumer {
       }
     }
   }
+  // A warpgroup's 64 x 64 dQ piece (fp32) into its staging buffer: TMA's 128B-swizzled layout, two 64 x 32
+  // halves, 16-byte unit u of row r at u ^ (r % 8). Accumulator element i is row 16 warp + g + 8 ((i / 2) % 2),
+  // column 8 (i / 4) + 2 t + i % 2, so r % 8 = g for every i.
+  //   fragment order (bwd_params.h, dq_fragment_column): a thread's columns 2t, 2t + 1, 2t + 8, 2t + 9 of group
+  //     q = (i / 8) % 2 of half i / 16 are unit 2t + q: eight 16-byte stores at (2t ^ g) ^ q, and a quarter warp
+  //     (rows g, g + 1) covers all 32 banks.
+  //   row-major: columns c, c + 1 (c = 2t + 8j) are half of unit 2j + t / 2: sixteen 8-byte stores at
+  //     ((t / 2) ^ g) ^ 2j, each bank hit twice per warp (the minimum for 256 bytes).
+  // One per-thread offset each; q or j flip its bits, the row and half steps are immediates of the stores.
+  static __device__ __forceinline__ void stage_dq_piece(char* s_dq, const float (&acc_dq)[32], bool fragment_order,
+                                                        int warp, int g, int t) {
+    if (fragment_order) {
+      const uint32_t off = (warp * 16 + g) * 128 + ((2 * t) ^ g) * 16;
+#pragma unroll
+      for (int i = 0; i < 32; i += 8) {  // i = 16 half + 8 q
+#pragma unroll
+        for (int rh = 0; rh < 2; ++rh) {
+          const int a = i + 2 * rh;
+          const uint32_t at = (i / 16) * (64 * 128) + rh * (8 * 128) + (off ^ (((i / 8) % 2) << 4));
+          *reinterpret_cast<float4*>(s_dq + at) = make_float4(acc_dq[a], acc_dq[a + 1], acc_dq[a + 4], acc_dq[a + 5]);
+        }
+      }
+    } else {
+      const uint32_t off = (warp * 16 + g) * 128 + ((t / 2) ^ g) * 16 + ((2 * t) % 4) * 4;
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const uint32_t at = (i / 16) * (64 * 128) + ((i / 2) % 2) * (8 * 128) + (off ^ (((i / 4) % 4) << 5));
+        *reinterpret_cast<float2*>(s_dq + at) = make_float2(acc_dq[i], acc_dq[i + 1]);
+      }
+    }
+  }
+
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void consume_item(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
                                                       int wg, int n_block,
@@ -223,21 +255,10 @@ struct BwdWgmmaConsumer {
       wgmma::fence_operand(acc_dv);
       wgmma::fence_operand(acc_dq);
 
-      // ---- dQ piece -> s.dq[buffer][wg] (fp32, TMA's 128B-swizzled layout: two 64 x 32 halves, 16-byte unit u
-      // of row r at u ^ (r % 8), so a warp's float2 stores hit each bank twice, the minimum for 256 bytes); the
-      // buffer's dQ writer adds it into the accumulator. ----
+      // ---- dQ piece -> s.dq[buffer][wg]; the buffer's dQ writer adds it into the accumulator ----
       mbarrier::wait(&s.dq_empty[dq_buf.stage][wg], dq_buf.phase ^ 1u);  // a fresh barrier counts as released
-      // Element i is row r = 16 warp + g + 8 ((i / 2) % 2), columns c, c + 1 with c = 8 (i / 4) + 2 t: half c /
-      // 32 = i / 16, unit (c % 32) / 4 = 2 j + t / 2 with j = (i / 4) % 4, and r % 8 = g for every i. So the
-      // swizzled unit is ((t / 2) ^ g) ^ 2 j: one per-thread offset whose bits 5-6 are flipped by j, the row and
-      // half steps immediates of the store.
-      char* s_dq = reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]);
-      const uint32_t dq_off = (warp * 16 + g) * 128 + ((t / 2) ^ g) * 16 + ((2 * t) % 4) * 4;
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const uint32_t at = (i / 16) * (64 * 128) + ((i / 2) % 2) * (8 * 128) + (dq_off ^ (((i / 4) % 4) << 5));
-        *reinterpret_cast<float2*>(s_dq + at) = make_float2(acc_dq[i], acc_dq[i + 1]);
-      }
+      stage_dq_piece(reinterpret_cast<char*>(&s.dq[dq_buf.stage][wg][0][0][0]), acc_dq, p.dq_fragment_order, warp,
+                     g, t);
       fence_async_shared();  // generic-proxy stores -> TMA (async proxy) reads
       __syncwarp();
       if (lane == 0) mbarrier::arrive(&s.dq_full[dq_buf.stage][wg]);

@@ -48,9 +48,9 @@ __device__ __forceinline__ void write_dq_item(const BwdWgmmaParams& P, Storage& 
       const int row0 = m_block * kBlockM + (kSplitRows ? w * 64 : 0), col0 = kSplitRows ? 0 : w * 64;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        // A half wholly past q's true head dim (d = 96 on this d = 128 kernel: columns 96 .. 127, zeros from
-        // K's padded columns) is not sent; a partial one is clipped by the map's width (head_dims.h).
-        if (col0 + 32 * half < p.head_dim)
+        // A half wholly past the accumulator's width (d = 96 on this d = 128 kernel: columns 96 .. 127, zeros from
+        // K's padded columns) is not sent; the width is a multiple of 32 (fragment order, bwd_params.h).
+        if (col0 + 32 * half < p.dq_accum_cols)
           tma::reduce_add_4d(&P.tma_dq, col0 + 32 * half, e.q_offset + row0, h, e.packed_q ? 0 : b,
                              piece + half * (64 * 128));
       }

@@ -99,7 +99,7 @@ struct BwdRolesDqAdder {
     // (zeros: K's padded columns) are not added. The width is a multiple of 8: 4-column groups are whole.
     const bool odd = (t & 1) != 0, odd_quad = (g & 1) != 0;
     const int col = col0 + 4 * (t / 2) + (odd ? 8 : 0) + (odd_quad ? 16 : 0);
-    const int64_t row_stride = p.head_dim;
+    const int64_t row_stride = p.dq_accum_cols;  // = p.head_dim: row-major
     float* g_dq = p.dq_accum + workspace_row0(p, e, b, h) * row_stride + col;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
