@@ -90,21 +90,29 @@ __device__ __forceinline__ void to_a_fragments(const float (&acc)[kBlockM / 2], 
 // element i is key key_row + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + 2 t + (i % 2)), times `scale`, written once
 // from registers, a quad of lanes 16 contiguous bytes; keys past seqlen_k and columns past the tensor's true
 // width `width` (a zero-padded head dim, head_dims.h; a multiple of 8, so 8-column blocks are whole) are skipped.
-// Keys are counted in entry e (BwdParams itself in a dense launch), whose rows start at e.k_offset.
+// Keys are counted in entry e (BwdParams itself in a dense launch), whose rows start at e.k_offset. One address
+// per row and the column blocks as immediate offsets: per store, address arithmetic and a bounds branch cost
+// more instructions than the store itself, in code that short items run often.
 template <class Element, int kCols, class Entry>
 __device__ __forceinline__ void store_key_rows(const Entry& e, void* base, const BshdStrides& stride,
                                                const float (&acc)[kCols / 2], float scale, int b, int hkv,
                                                int key_row, int col0, int width, int t) {
   Element* g = static_cast<Element*>(base) + (e.packed_k ? 0 : b) * stride.batch + hkv * stride.head + col0 + 2 * t;
+  const bool all_columns = col0 + kCols <= width;
 #pragma unroll
-  for (int i = 0; i < kCols / 2; i += 2) {
-    const int j = key_row + 8 * ((i / 2) % 2);
-    if (j >= e.seqlen_k || col0 + 8 * (i / 4) >= width) continue;
-    Element* at = g + (e.k_offset + j) * stride.seq + 8 * (i / 4);
-    if constexpr (std::is_same_v<Element, float>) {  // a split group's fp32 partial
-      *reinterpret_cast<float2*>(at) = make_float2(acc[i] * scale, acc[i + 1] * scale);
-    } else {
-      *reinterpret_cast<uint32_t*>(at) = pack2<Element>(acc[i] * scale, acc[i + 1] * scale);
+  for (int r = 0; r < 2; ++r) {  // keys key_row and key_row + 8: elements 4 c + 2 r, + 1 of column block c
+    const int j = key_row + 8 * r;
+    if (j >= e.seqlen_k) continue;
+    Element* row = g + (e.k_offset + j) * stride.seq;
+#pragma unroll
+    for (int c = 0; c < kCols / 8; ++c) {
+      if (!all_columns && col0 + 8 * c >= width) continue;
+      const float x = acc[4 * c + 2 * r] * scale, y = acc[4 * c + 2 * r + 1] * scale;
+      if constexpr (std::is_same_v<Element, float>) {  // a split group's fp32 partial
+        *reinterpret_cast<float2*>(row + 8 * c) = make_float2(x, y);
+      } else {
+        *reinterpret_cast<uint32_t*>(row + 8 * c) = pack2<Element>(x, y);
+      }
     }
   }
 }
