@@ -43,7 +43,7 @@ def flash_attn_with_kvcache(
     int64 index tensors are converted to int32.
     causal is aligned bottom-right (the queries are the last positions); window_size (left, right), -1 =
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
-    by their LSE); learnable_sink: None or float32 (heads,). Returns out (like q) or (out, lse) with lse
+    by their LSE); learnable_sink: None or a float tensor (heads,), used in float32. Returns out (like q) or (out, lse) with lse
     (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes (flash-attn's) are
     not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim 64, 128, 256, on an H100 / H200) run
     the split-KV decode kernels without a host synchronisation (CUDA-graph capturable); other GPU configurations
@@ -68,12 +68,14 @@ def flash_attn_with_kvcache(
     else:  # one length for every sequence; the library's -1 ("the whole cache") is None here
         kind = "an int or an int32 torch.Tensor (batch,)"
         seqlens, seqlen = None, _checks.integer("cache_seqlens", cache_seqlens, 0, kind=kind)
-    from ._torch_ops import int32_indices
+    from ._torch_ops import _sink_tensor, int32_indices
 
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
     seqlens, cache_batch_idx, block_table = (
         None if t is None else int32_indices(t, name)
         for t, name in ((seqlens, "cache_seqlens"), (cache_batch_idx, "cache_batch_idx"), (block_table, "block_table")))
+    # The sink in float32, as flash_attn_func takes it (a bf16 / fp16 parameter is cast).
+    learnable_sink = _sink_tensor(learnable_sink)
     out, lse = _torch_kvcache.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)

@@ -166,6 +166,23 @@ def test_int64_indices_beyond_int32_are_refused():
                                        block_table=c.block_table.long() - 2**32)
 
 
+def test_sink_of_any_float_dtype_is_cast_as_flash_attn_func_does():
+    c = Case(2, 3, 4, 2, [7, 12], dtype=torch.float16, sink=True)
+    rounded = c.sink.to(torch.bfloat16)  # a bf16 parameter, whatever q's dtype
+    c.sink = rounded.float()  # the reference: the bf16 parameter's own values in float32
+    out, lse = c.run()
+    c.check(out, lse)
+    c.sink = rounded  # the bf16 parameter itself: the same call after the cast
+    out_bf16, lse_bf16 = c.run()
+    assert torch.equal(out_bf16, out) and torch.equal(lse_bf16, lse)
+    for bad, error, pattern in ((torch.tensor([1, 2, 3, 4]), TypeError, "learnable_sink has dtype torch.int64"),
+                                ([0.1] * 4, TypeError, "learnable_sink must be a torch.Tensor"),
+                                (torch.randn(3), ValueError, r"learnable_sink.shape\[0\]")):
+        c.sink = bad
+        with pytest.raises(error, match=pattern):
+            c.run()
+
+
 def test_int_cache_seqlens_and_no_lse():
     c = Case(2, 1, 2, 1, [12, 12], seqlen_new=1)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
