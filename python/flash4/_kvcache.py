@@ -43,8 +43,8 @@ def flash_attn_with_kvcache(
     int64 index tensors are converted to int32.
     causal is aligned bottom-right (the queries are the last positions); window_size (left, right), -1 =
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
-    by their LSE); learnable_sink: None or a float tensor (heads,), used in float32. Returns out (like q) or (out, lse) with lse
-    (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes (flash-attn's) are
+    by their LSE); learnable_sink: None or a float tensor (heads,), used in float32. Returns out (like q) or
+    (out, lse) with lse (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes (flash-attn's) are
     not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim 64, 128, 256, on an H100 / H200) run
     the split-KV decode kernels without a host synchronisation (CUDA-graph capturable); other GPU configurations
     raise NotImplementedError with the reason.
