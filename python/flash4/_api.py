@@ -276,6 +276,7 @@ def forward(
         raise ValueError(f"exp2 must be one of {sorted(_EXP2_MODES)}, got {exp2!r}")
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(q=q, k=k, v=v, out=out, lse=lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _checks.writable(out=out, lse=lse)
     stream = _stream_for(q, stream)
     q, k, v, out, lse, q_descale, k_descale, v_descale = _exported(q, k, v, out, lse, q_descale, k_descale,
                                                                    v_descale)
@@ -305,6 +306,7 @@ def backward(
     are the forward's results for the same options."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dq=dq, dk=dk, dv=dv)
+    _checks.writable(dq=dq, dk=dk, dv=dv)
     stream = _stream_for(q, stream)
     _C.backward(*_exported(dout, q, k, v, out, lse, dq, dk, dv), scale, bool(causal), left, right, cap,
                 bool(deterministic), stream)

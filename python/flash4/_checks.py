@@ -96,3 +96,12 @@ def arrays(**named):
             raise ValueError(
                 f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"
             )
+
+
+def writable(**named):
+    """Output arrays the library writes into: a read-only numpy array (flags.writeable False) is refused by
+    name here, where the binding would answer with its whole signature. None entries are skipped."""
+    for name, x in named.items():
+        flags = getattr(x, "flags", None)
+        if x is not None and flags is not None and getattr(flags, "writeable", True) is False:
+            raise ValueError(f"{name} is a read-only array; flash4 writes its result into {name}")

@@ -115,6 +115,27 @@ def test_read_only_inputs():
     np.testing.assert_array_equal(flash4.flash_attn_func(q, k, v), expected)
 
 
+def test_read_only_outputs_are_named():
+    rng = np.random.default_rng(5)
+    q, k, v = make_inputs(rng, (1, 16, 16, 2, 2, 64), np.float32)
+    out = np.full(q.shape, np.nan, dtype=np.float32)
+    lse = np.full((1, 2, 16), np.nan, dtype=np.float32)
+    for name in ("out", "lse"):
+        arrays = dict(out=out.copy(), lse=lse.copy())
+        arrays[name].flags.writeable = False
+        with pytest.raises(ValueError, match=f"{name} is a read-only array"):
+            flash4.forward(q, k, v, arrays["out"], arrays["lse"])
+        assert np.isnan(arrays["out"]).all() and np.isnan(arrays["lse"]).all()  # nothing written
+    flash4.forward(q, k, v, out, lse)
+    grads = {name: np.full(t.shape, np.nan, dtype=np.float32) for name, t in (("dq", q), ("dk", k), ("dv", v))}
+    for name in grads:
+        given = {n: g.copy() for n, g in grads.items()}
+        given[name].flags.writeable = False
+        with pytest.raises(ValueError, match=f"{name} is a read-only array"):
+            flash4.backward(np.ones_like(out), q, k, v, out, lse, given["dq"], given["dk"], given["dv"])
+        assert all(np.isnan(g).all() for g in given.values())
+
+
 @pytest.mark.parametrize("exp2", ["auto", "exact", "polynomial"])
 @pytest.mark.parametrize("conditional_rescale", [True, False])
 def test_low_level_forward_tuning(exp2, conditional_rescale):
