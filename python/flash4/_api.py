@@ -268,8 +268,8 @@ def forward(
     k_descale=None,
     v_descale=None,
 ):
-    """Low-level forward into preallocated `out` (like q, with v's head dim) and optional `lse` ((batch, heads, seqlen_q) float32),
-    for any DLPack arrays. No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
+    """Low-level forward into preallocated `out` (like q, with v's head dim) and optional `lse`
+    ((batch, heads, seqlen_q) float32), for any DLPack arrays (writable). No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
     CUDA tensors, else the default stream. exp2 ("auto", "exact", "polynomial") and conditional_rescale are
     the library's tuning knobs, for ablations. float8_e4m3fn q, k, v take q/k/v_descale and a bf16 or fp16 out."""
     if exp2 not in _EXP2_MODES:
@@ -302,8 +302,8 @@ def backward(
     deterministic=False,
     stream=None,
 ):
-    """Low-level backward into preallocated dq, dk, dv (like q, k, v; dout like out), for any DLPack arrays. `out` and `lse`
-    are the forward's results for the same options."""
+    """Low-level backward into preallocated dq, dk, dv (like q, k, v; dout like out), for any DLPack arrays
+    (the outputs writable). `out` and `lse` are the forward's results for the same options."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dq=dq, dk=dk, dv=dv)
     _checks.writable(dq=dq, dk=dk, dv=dv)
