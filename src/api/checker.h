@@ -3,8 +3,10 @@
 // starts with the entry point and names the argument.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "common/problem.h"
 #include "flash4/error.h"
 #include "flash4/types.h"
 
@@ -54,6 +56,16 @@ bool present(const TensorView& t);
 
 // A float scalar for messages, in %g form: std::to_string's fixed six decimals print -1e-10 as "-0.000000".
 std::string number_text(double x);
+
+// The score and mask options of every entry point (forward, backward, KV cache), checked and resolved into p
+// (whose head_dim is set): softmax_scale (0 = 1/sqrt(head_dim)), softcap (0 = off), causal (bottom-right: the
+// window's right side at most 0) and the window (-1 = unbounded side).
+struct ScoreOptions {
+  float softmax_scale = 0.0f, softcap = 0.0f;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+};
+void check_score_options(const Checker& c, const ScoreOptions& o, Problem& p);
 
 // The score transform's float32 factors (softmax_scale * log2(e) without softcap; softcap * log2(e) and
 // softmax_scale / softcap with it) must be finite: an infinite factor makes even finite scores NaN.

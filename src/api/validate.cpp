@@ -105,6 +105,28 @@ void check_score_factors(const Checker& c, float softmax_scale, float softcap) {
                      number_text(std::numeric_limits<float>::max()));
 }
 
+void check_score_options(const Checker& c, const ScoreOptions& o, Problem& p) {
+  FLASH4_REQUIRE(c, std::isfinite(o.softmax_scale),
+                 "softmax_scale = " + number_text(o.softmax_scale) + " must be finite (0 = 1/sqrt(head_dim))");
+  FLASH4_REQUIRE(c, o.softmax_scale >= 0.0f,
+                 "softmax_scale = " + number_text(o.softmax_scale) + " must be >= 0 (0 = 1/sqrt(head_dim))");
+  FLASH4_REQUIRE(c, std::isfinite(o.softcap) && o.softcap >= 0.0f,
+                 "softcap = " + number_text(o.softcap) + " must be finite and >= 0 (0 = off)");
+  FLASH4_REQUIRE(c, o.window_left >= -1,
+                 "window_left = " + std::to_string(o.window_left) + " must be >= -1 (-1 = unbounded)");
+  FLASH4_REQUIRE(c, o.window_right >= -1,
+                 "window_right = " + std::to_string(o.window_right) + " must be >= -1 (-1 = unbounded)");
+
+  p.softmax_scale = o.softmax_scale != 0.0f ? o.softmax_scale
+                                            : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+  p.softcap = o.softcap;
+  check_score_factors(c, p.softmax_scale, p.softcap);
+  p.causal = o.causal;
+  p.window_left = o.window_left;
+  p.window_right = o.window_right;
+  if (o.causal) p.window_right = o.window_right == -1 ? 0 : std::min<int64_t>(o.window_right, 0);
+}
+
 namespace {
 
 // Byte range [begin, end) that a tensor's elements span; empty for an empty tensor.
@@ -251,30 +273,6 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
                      " but v's head_dim must be a multiple of 8 in [8, 256]");
 }
 
-// Scalars and the mask; resolves the scale default and folds `causal` into the window.
-template <typename Args>
-void check_scalars(const Checker& c, const Args& args, Problem& p) {
-  FLASH4_REQUIRE(c, std::isfinite(args.softmax_scale),
-                 "softmax_scale = " + number_text(args.softmax_scale) + " must be finite (0 = 1/sqrt(head_dim))");
-  FLASH4_REQUIRE(c, args.softmax_scale >= 0.0f,
-                 "softmax_scale = " + number_text(args.softmax_scale) + " must be >= 0 (0 = 1/sqrt(head_dim))");
-  FLASH4_REQUIRE(c, std::isfinite(args.softcap) && args.softcap >= 0.0f,
-                 "softcap = " + number_text(args.softcap) + " must be finite and >= 0 (0 = off)");
-  FLASH4_REQUIRE(c, args.window_left >= -1,
-                 "window_left = " + std::to_string(args.window_left) + " must be >= -1 (-1 = unbounded)");
-  FLASH4_REQUIRE(c, args.window_right >= -1,
-                 "window_right = " + std::to_string(args.window_right) + " must be >= -1 (-1 = unbounded)");
-
-  p.softmax_scale = args.softmax_scale != 0.0f ? args.softmax_scale
-                                               : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
-  p.softcap = args.softcap;
-  check_score_factors(c, p.softmax_scale, p.softcap);
-  p.causal = args.causal;
-  p.window_left = args.window_left;
-  p.window_right = args.window_right;
-  if (args.causal) p.window_right = args.window_right == -1 ? 0 : std::min<int64_t>(args.window_right, 0);
-}
-
 // Layout, sizes and scalars common to forward and backward.
 template <typename Args>
 Problem check_problem(const Checker& c, const Args& args) {
@@ -282,7 +280,8 @@ Problem check_problem(const Checker& c, const Args& args) {
   const bool packed = packed_layout_requested(c, args.cu_seqlens_q, args.cu_seqlens_k);
   check_qkv(c, args.q, args.k, args.v, packed, p);
   check_sequence_args(c, SequenceArgs::of(args), p);
-  check_scalars(c, args, p);
+  // Scalars and the mask; resolves the scale default and folds `causal` into the window.
+  check_score_options(c, {args.softmax_scale, args.softcap, args.causal, args.window_left, args.window_right}, p);
   return p;
 }
 

@@ -160,28 +160,12 @@ void check_rotary(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
 }
 
 void check_scalars(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
-  FLASH4_REQUIRE(c, std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
-                 "softmax_scale = " + number_text(a.softmax_scale) + " must be finite and >= 0 (0 = 1/sqrt(head_dim))");
-  FLASH4_REQUIRE(c, std::isfinite(a.softcap) && a.softcap >= 0.0f,
-                 "softcap = " + number_text(a.softcap) + " must be finite and >= 0 (0 = off)");
-  FLASH4_REQUIRE(c, a.window_left >= -1,
-                 "window_left = " + to_string(a.window_left) + " must be >= -1 (-1 = unbounded)");
-  FLASH4_REQUIRE(c, a.window_right >= -1,
-                 "window_right = " + to_string(a.window_right) + " must be >= -1 (-1 = unbounded)");
+  check_score_options(c, {a.softmax_scale, a.softcap, a.causal, a.window_left, a.window_right}, p.attention);
   FLASH4_REQUIRE(
       c, a.num_splits >= 0 && a.num_splits <= kMaxSplits,
       "num_splits = " + to_string(a.num_splits) + " must be in [0, " + to_string(kMaxSplits) + "] (0 = automatic)");
   FLASH4_REQUIRE(c, a.cache_seqlen >= -1,
                  "cache_seqlen = " + to_string(a.cache_seqlen) + " must be >= -1 (-1 = the whole cache)");
-  Problem& s = p.attention;
-  s.softmax_scale =
-      a.softmax_scale != 0.0f ? a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-  s.softcap = a.softcap;
-  check_score_factors(c, s.softmax_scale, s.softcap);
-  s.causal = a.causal;
-  s.window_left = a.window_left;
-  s.window_right = a.window_right;
-  if (a.causal) s.window_right = a.window_right == -1 ? 0 : std::min(a.window_right, 0);
   p.num_splits = a.num_splits;
 }
 

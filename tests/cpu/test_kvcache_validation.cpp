@@ -234,6 +234,13 @@ TEST(KvCacheValidation, Tensors) {
       s, [](KvCacheArgs& a, KvCacheCase&) { a.softcap = 1e-45f; }, "softmax_scale / softcap");
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.softcap = -1e-10f; }, "softcap = -1e-10 must be");
+  // The same scalar checks and messages as flash4::forward (one check_score_options).
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.softmax_scale = std::nanf(""); }, "softmax_scale = nan must be finite");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.softmax_scale = -0.5f; }, "softmax_scale = -0.5 must be >= 0");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.window_left = -2; }, "window_left = -2 must be >= -1");
   expect_refused(
       s,
       [](KvCacheArgs& a, KvCacheCase& c) {
