@@ -208,6 +208,32 @@ def _backward(ctx, dout, _dlse):
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _NotTwiceDifferentiable(torch.autograd.Function):
+    """The gradients of the library's backward, marked: autograd sees them as constants, so a second derivative
+    through attention (create_graph=True, e.g. a gradient penalty) would silently lose attention's part of it.
+    Differentiating them raises instead. `anchor` is an input of the attention that requires grad, so that
+    the outputs get this node as their grad_fn."""
+
+    @staticmethod
+    def forward(ctx, anchor, *grads):
+        return tuple(g.clone() for g in grads)
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError(
+            "flash4's attention backward is not differentiable: a second derivative through flash4 attention "
+            "(create_graph=True, e.g. a gradient penalty) is not supported")
+
+
+def _guard_second_derivative(grads, *inputs):
+    """grads unchanged, or marked by _NotTwiceDifferentiable when the backward itself is being recorded
+    (create_graph=True) and depends on an input that requires grad."""
+    if not torch.is_grad_enabled():
+        return grads
+    anchor = next((t for t in inputs if isinstance(t, Tensor) and t.requires_grad), None)
+    return grads if anchor is None else _NotTwiceDifferentiable.apply(anchor, *grads)
+
+
 class _EagerAttention(torch.autograd.Function):
     """The same forward and backward as the custom ops, called directly, for eager mode: the custom ops'
     dispatch and autograd wrapping cost the host about 500 us per layer (forward + backward, measured on the
@@ -227,6 +253,7 @@ class _EagerAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, seq = _saved(ctx)
         dq, dk, dv, dsink = _run_backward(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options, seq)
+        dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 
 

@@ -266,6 +266,32 @@ def test_only_some_inputs_require_grad():
     assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "attention_only"])
+def test_second_derivative_raises_instead_of_dropping_attention(residual):
+    # A gradient penalty: the gradient of the loss, taken with create_graph=True, differentiated again. The
+    # library's gradients are constants to autograd, so where another path keeps the graph alive (a residual)
+    # the second derivative would silently miss attention's part; it must raise, naming the cause.
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(1, 5, 2, 64)
+    h = x @ w * 0.1
+    out = flash4.flash_attn_func(h, h, h)
+    loss = ((out + h if residual else out) ** 2).sum()
+    (g,) = torch.autograd.grad(loss, w, create_graph=True)
+    with pytest.raises(RuntimeError, match="second derivative through flash4 attention"):
+        (g**2).sum().backward()
+
+
+def test_first_derivative_with_create_graph_is_unchanged():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 7, 2, 64, requires_grad=True) for _ in range(3))
+    dout = torch.randn(1, 7, 2, 64)
+    plain = torch.autograd.grad(flash4.flash_attn_func(q, k, v, causal=True), (q, k, v), dout)
+    graphed = torch.autograd.grad(flash4.flash_attn_func(q, k, v, causal=True), (q, k, v), dout, create_graph=True)
+    for a, b in zip(plain, graphed):
+        assert torch.equal(a, b) and b.requires_grad
+
+
 def test_inference_mode():
     q = torch.randn(1, 8, 2, 64)
     with torch.inference_mode():
