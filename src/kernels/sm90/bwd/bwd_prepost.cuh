@@ -126,10 +126,11 @@ __global__ void __launch_bounds__(32) bwd_dsink_sum_kernel(const __grid_constant
 // Columns of dQ one postprocess thread writes: 8 (one 16-byte store) from a row-major accumulator, 16 (two) from a
 // fragment-order one (the 16 columns of one group: four 16-byte loads, bwd_params.h).
 FLASH4_HD int dq_post_columns(const BwdParams& p) { return p.dq_fragment_order ? 16 : 8; }
-FLASH4_HD int64_t dq_post_threads(const BwdParams& p, int64_t rows) {
-  const int per_row = (p.dq_fragment_order ? p.dq_accum_cols : p.head_dim) / dq_post_columns(p);
-  return rows * per_row;
+// Threads per accumulator row: a fragment-order row's padding is read too (its groups are whole).
+FLASH4_HD int dq_post_threads_per_row(const BwdParams& p) {
+  return (p.dq_fragment_order ? p.dq_accum_cols : p.head_dim) / dq_post_columns(p);
 }
+FLASH4_HD int64_t dq_post_threads(const BwdParams& p, int64_t rows) { return rows * dq_post_threads_per_row(p); }
 
 // dq[b, i, h, :] = Element(accumulator[b, h, i, :] * softmax_scale), dq_post_columns per thread.
 template <class Element>
@@ -143,8 +144,7 @@ __device__ __forceinline__ uint4 scaled_pack8(const float (&x)[8], float s) {
 }
 template <class Element>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_dq_kernel(const __grid_constant__ BwdParams p) {
-  const int cols = dq_post_columns(p);
-  const int per_row = (p.dq_fragment_order ? p.dq_accum_cols : p.head_dim) / cols;
+  const int cols = dq_post_columns(p), per_row = dq_post_threads_per_row(p);
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kPrepostThreads + threadIdx.x;
   if (idx >= rows * per_row) return;
@@ -155,14 +155,12 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_dq_kernel(con
       static_cast<Element*>(p.dq) + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head + c;
   const float s = p.softmax_scale;
   if (p.dq_fragment_order) {
-    // Group q = (c % 32) / 16 of its 32-column block: units 2t + q (t = 0..3) hold columns 2t, 2t + 1, 2t + 8,
-    // 2t + 9 of the group.
-    const float4* src =
-        reinterpret_cast<const float4*>(p.dq_accum + row * p.dq_accum_cols + (c - c % 32)) + (c % 32) / 16;
+    // The 16 columns from c: the unit at column c + 2t holds columns c + 2t, + 1, + 8, + 9 (t = 0..3).
+    const float* src = p.dq_accum + row * p.dq_accum_cols;
     float lo[8], hi[8];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const float4 u = src[2 * t];
+      const float4 u = *reinterpret_cast<const float4*>(src + dq_fragment_column(c + 2 * t));
       lo[2 * t] = u.x, lo[2 * t + 1] = u.y, hi[2 * t] = u.z, hi[2 * t + 1] = u.w;
     }
     // Columns past the true head dim (a padded kernel's zeros; d is a multiple of 8) are not written.
