@@ -42,7 +42,7 @@ detail::SequenceMask sequence_mask(int sq, int sk, const Mask& mask) {
   return detail::SequenceMask::make(detail::AttentionMask{mask.window_left, mask.window_right}, sq, sk);
 }
 
-// BwdParams of one (seqlen_q, seqlen_k, mask) on `Tile`, as bwd_api.cu fills the fields the schedule reads.
+// BwdParams of one (seqlen_q, seqlen_k, mask) on `Tile`, as make_bwd_params fills the fields the schedule reads.
 template <class Tile>
 BwdParams make_params(int sq, int sk, const Mask& mask, bool deterministic) {
   BwdParams p;
@@ -477,29 +477,3 @@ TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
 
 }  // namespace
 }  // namespace flash4::sm90::bwd
-
-// The fragment-order dQ accumulator (bwd_params.h): a permutation inside each 32-column block, and a thread's four
-// columns of a 16-column group (2t, 2t + 1, 2t + 8, 2t + 9, as the wgmma accumulator holds them) are one 16-byte
-// unit, 2t + q, in that order; so the consumers' eight 16-byte stores and the postprocess's loads agree.
-TEST(BwdSchedule, DqFragmentOrderIsAUnitPerThreadAndGroup) {
-  using flash4::sm90::dq_fragment_column;
-  for (int block = 0; block < 8; ++block) {
-    std::vector<int> seen(32, 0);
-    for (int c = 0; c < 32; ++c) {
-      const int stored = dq_fragment_column(32 * block + c);
-      ASSERT_GE(stored, 32 * block);
-      ASSERT_LT(stored, 32 * block + 32);
-      ++seen[stored - 32 * block];
-    }
-    for (int n : seen) EXPECT_EQ(n, 1);
-  }
-  for (int q = 0; q < 2; ++q) {
-    for (int t = 0; t < 4; ++t) {
-      const int group = 16 * q, unit = 4 * (2 * t + q);
-      EXPECT_EQ(dq_fragment_column(group + 2 * t), unit);
-      EXPECT_EQ(dq_fragment_column(group + 2 * t + 1), unit + 1);
-      EXPECT_EQ(dq_fragment_column(group + 2 * t + 8), unit + 2);
-      EXPECT_EQ(dq_fragment_column(group + 2 * t + 9), unit + 3);
-    }
-  }
-}

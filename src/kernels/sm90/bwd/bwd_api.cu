@@ -2,7 +2,7 @@
 // the three launches: preprocess (D, LSE * log2e, zeroed dQ accumulator), main kernel (dK, dV, dQ accumulator),
 // postprocess (dQ).
 //
-// Two main kernels (one rule, use_wgmma_kernel below, picks one per call):
+// Two main kernels (one rule, use_wgmma_kernel in bwd_params_builder.cu, picks one per call: choose_bwd_launch):
 //   wgmma + TMA: head_dim 64 / 128 with seqlen_k > 64 or in deterministic mode, 96 always (bwd_wgmma_kernel.cuh) and
 //     head_dim 192 / 256 (the role-split bwd_wgmma_roles_kernel.cuh), seqlen_q >= 1 and tensors TMA can describe
 //     (16-byte aligned base, every stride a non-zero multiple of 16 bytes);
@@ -21,44 +21,34 @@
 // cmake/bwd_kernels.cmake from FLASH4_DTYPES x FLASH4_HEAD_DIMS, + 96 with 128 and 192 with 256 for the wgmma
 // kernel); cuda_can_backward names a missing one.
 //
-// Workspace: one cudaMallocAsync block on the caller's stream, freed with cudaFreeAsync on the same stream after
-// the postprocess is enqueued (stream-ordered, so no synchronization; the device's default memory pool caches
-// it between calls). Layout, each part 256-byte aligned:
-//   dq_accum   fp32 (b, h, sq, dq_accum_cols)   zeroed by the preprocess kernel ((h, total_q, ..) with packed
-//              queries); d wide, or 32-column blocks in fragment order (bwd_params.h)
-//   dsum       fp32 (b, h, sq)      ((h, total_q) with packed queries, as lse_log2)
-//   lse_log2   fp32 (b, h, sq)
-//   semaphores int  (column slices, b, h, m_blocks) zeroed; deterministic mode only (slices: mma.sync at d = 256)
-//   work_counter int  zeroed by the preprocess kernel; the persistent wgmma kernel's item counter (only where
-//                     persistent CTAs run: bwd_persistent_pays, not in deterministic mode)
+// A call chooses its kernel and tile once (choose_bwd_launch), builds the kernels' parameters from that
+// (make_bwd_params), then takes one stream-ordered workspace (bwd_workspace.h) for the three launches.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
 #include "api/backends.h"
+#include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
+#include "hw/sm90/tma_map.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
-#include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
-#include "kernels/sm90/bwd/bwd_sequences.h"
-#include "bwd_configs.inc"  // generated: FLASH4_BWD_CONFIGS(X), the compiled (dtype, head_dim) set
-#include "common/mask.h"
-#include "common/score_transform.h"
 #include "kernels/sm90/bwd/bwd_group_reduce.cuh"
+#include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_params_builder.h"
 #include "kernels/sm90/bwd/bwd_prepost.cuh"
-#include "kernels/sm90/bwd/bwd_wgmma_config.h"
+#include "kernels/sm90/bwd/bwd_sequences.h"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
+#include "kernels/sm90/bwd/bwd_workspace.h"
 #include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/head_dims.h"
 #include "kernels/sm_count.h"
 #include "kernels/stream_workspace.h"
-#include "hw/sm90/tma_map.h"
 
 namespace flash4::sm90 {
 // Defined in bwd_mma_sync_launch.cuh and bwd_wgmma_launch.cuh, instantiated in the translation units that
@@ -79,8 +69,6 @@ namespace flash4::detail {
 namespace {
 
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // keeps every key-minus-query offset in int32 (bwd_params.h)
-
-constexpr size_t align256(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
 // Whether this build compiled the wgmma backward kernel of (Element, head_dim) (FLASH4_DTYPES x FLASH4_HEAD_DIMS,
 // + 96 with 128, 192 with 256); the mma.sync kernel exists for the same pairs except 96 and 192.
@@ -107,33 +95,6 @@ std::string compiled_bwd_head_dims(DType dtype) {
   return out.empty() ? "none" : out;
 }
 
-// Column slices (CTAs per K/V tile) of the mma.sync kernel; each slice has its own deterministic-mode semaphores.
-int mma_col_slices(int64_t head_dim) {
-  static_assert(sm90::bwd::MmaSyncTile<64>::kColSlices == 1 && sm90::bwd::MmaSyncTile<128>::kColSlices == 1);
-  return head_dim == 256 ? sm90::bwd::MmaSyncTile<256>::kColSlices : 1;
-}
-
-// 16-byte aligned rows: the kernels move head-dim rows in 16-byte vectors (cp.async, uint4).
-bool rows_16b_aligned(const TensorView& t) {
-  if (t.numel() == 0) return true;
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.shape[i] > 1 && (t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
-  return true;
-}
-
-// An attention tensor as the kernels address it, (batch, seqlen, heads, head_dim): a packed (total, heads,
-// head_dim) one is a single batch entry of `total` rows (batch stride 0).
-struct BshdView {
-  int64_t batch, seqlen;
-  sm90::BshdStrides stride;
-};
-BshdView bshd(const TensorView& t) {
-  if (t.rank == 3) return {1, t.shape[0], {0, t.stride[0], t.stride[1]}};
-  return {t.shape[0], t.shape[1], {t.stride[0], t.stride[1], t.stride[2]}};
-}
-sm90::BshdStrides strides_of(const TensorView& t) { return bshd(t).stride; }
-
 template <class Element>
 void launch_mma_sync(const sm90::BwdParams& params, int64_t head_dim, bool masked, cudaStream_t stream) {
 #define FLASH4_LAUNCH_BWD(T, D) \
@@ -142,47 +103,6 @@ void launch_mma_sync(const sm90::BwdParams& params, int64_t head_dim, bool maske
 #undef FLASH4_LAUNCH_BWD
   throw Error(Status::kNotSupported, "flash4::backward: no compiled GPU backward kernel for head_dim " +
                                          std::to_string(head_dim));
-}
-
-// TMA can describe the tensor: 16-byte aligned base, every stride (also of size-1 dimensions) a non-zero multiple
-// of 16 bytes.
-bool tma_describable(const TensorView& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.stride[i] <= 0 || (t.stride[i] * dtype_size(t.dtype)) % 16 != 0) return false;
-  return true;
-}
-
-bool tma_describable(const BackwardArgs& args) {
-  for (const TensorView* t : {&args.q, &args.k, &args.v, &args.dout})
-    if (!tma_describable(*t)) return false;
-  return true;
-}
-
-// The one selection rule between the two main kernels (see the top of this file).
-bool use_wgmma_kernel(const BackwardArgs& args, const Problem& p) {
-  const int width = sm90::bwd_kernel_head_dim(p.head_dim, p.head_dim_v);
-  if (width == 0) return false;
-  const bool padded = sm90::padded_head_dims(p.head_dim, p.head_dim_v);  // no mma.sync kernel: see the top
-  // Deterministic mode keeps the wgmma kernel at every length, so that a sequence's gradients are the same bits
-  // whether it runs alone or in a packed batch (whose kernel is the wgmma one).
-  if (!padded && width != 256 && p.seqlen_k <= 64 && !args.deterministic) return false;
-  if (p.seqlen_q < 1 || p.batch < 1 || p.heads < 1 || p.heads_kv < 1) return false;
-  return tma_describable(args);
-}
-
-// Packed (cu_seqlens) and seqused batches run on the wgmma kernels' packed instantiation, every entry in its own
-// lengths and band, wherever TMA can describe the tensors and there are rows to describe; the rest (layouts TMA
-// cannot describe, empty packed tensors) as one dense call per sequence (bwd_sequences.h).
-bool backward_packed_native(const BackwardArgs& args, const Problem& p) {
-  return backward_needs_sequences(p) && sm90::bwd_kernel_head_dim(p.head_dim, p.head_dim_v) != 0 && p.batch > 0 &&
-         p.heads > 0 && p.total_q > 0 && p.total_k > 0 && tma_describable(args);
-}
-
-// The v width of the wgmma kernel that runs (d, dv) at q / k width `width`: its own where a split kernel exists
-// (bwd_has_split_kernel), else `width` (v zero-padded).
-int bwd_kernel_head_dim_v(int width, int64_t dv) {
-  return sm90::bwd::bwd_has_split_kernel(width, static_cast<int>(dv)) ? static_cast<int>(dv) : width;
 }
 
 // The compiled wgmma kernel for (head_dim, head_dim_v): the split kernel where (d, dv) has one, else the q / k
@@ -216,26 +136,12 @@ void launch_group_reduce(const sm90::BwdParams& params, const TensorView& dk, co
     const int64_t blocks = (int64_t{params.seqlen_k} * (width / 8) + kPrepostThreads - 1) / kPrepostThreads;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.heads_kv),
                     static_cast<unsigned>(params.batch));
-    bwd_group_reduce_kernel<Element><<<grid, kPrepostThreads, 0, s>>>(params, partial, out.data, strides_of(out),
+    bwd_group_reduce_kernel<Element><<<grid, kPrepostThreads, 0, s>>>(params, partial, out.data, bwd::bshd(out).stride,
                                                                        width);
     FLASH4_CUDA_CHECK_LAUNCH();
   };
   reduce(params.dk_partial, dk, params.head_dim);
   reduce(params.dv_partial, dv, params.head_dim_v);
-}
-
-// How many parts each GQA group's work items take (bwd_schedule.h, bwd_group_parts): the wgmma kernels outside
-// deterministic mode, from the launch's tile shape.
-int group_parts_for(const sm90::BwdParams& params, int block_m, int block_n) {
-  using namespace flash4::sm90::bwd;
-  const int sms = detail::current_device_sm_count();
-  const long long items = static_cast<long long>(params.n_blocks) * params.heads_kv * params.batch;
-  if (params.deterministic || params.group <= 1 || items >= 4LL * sms) return 1;  // spares key_tile_steps' loop
-  const KeyTileSteps steps = block_m == 128   ? key_tile_steps<TileShape<128, 128>>(params)
-                             : block_n == 128 ? key_tile_steps<TileShape<64, 128>>(params)
-                                              : key_tile_steps<TileShape<64, 64>>(params);
-  return bwd_group_parts(items, steps.longest, steps.total * params.heads_kv * params.batch, params.group, sms,
-                         params.deterministic);
 }
 
 template <class Element>
@@ -255,7 +161,7 @@ void launch_prepost(const sm90::BwdParams& params, int64_t rows, bool post, cuda
 }  // namespace
 
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
-  if (backward_needs_sequences(p) && !backward_packed_native(args, p))
+  if (backward_needs_sequences(p) && !bwd::backward_packed_native(args, p))
     return cuda_can_backward_sequences(args, p);  // one dense call per sequence
   if (!cuda_device_supported(args.q.device.index))
     return {false, "flash4's GPU kernels need an sm_90 (Hopper) GPU; " + device_name(args.q.device) + " is not one"};
@@ -271,14 +177,14 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
       {&args.q, "q"},   {&args.k, "k"},       {&args.v, "v"},   {&args.out, "out"},
       {&args.dout, "dout"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
   for (const auto& [t, name] : tensors) {
-    if (!rows_16b_aligned(*t))
+    if (!bwd::rows_16b_aligned(*t))
       return {false, std::string("the GPU backward needs 16-byte aligned data pointers and strides that are "
                                  "multiples of 8 elements; ") +
                          name + " is not (make it contiguous)"};
   }
   // Zero-padded head dims run on the TMA kernel only (see the top of this file); empty problems launch nothing.
   if (sm90::padded_head_dims(p.head_dim, p.head_dim_v) && p.seqlen_q > 0 && p.seqlen_k > 0 && p.batch > 0 &&
-      !tma_describable(args))
+      !bwd::tma_describable(args))
     return {false, "the GPU backward at head_dim " + std::to_string(p.head_dim) +
                        (p.split_head_dims() ? " / " + std::to_string(p.head_dim_v) : std::string()) +
                        " needs q, k, v and dout in layouts TMA can describe (16-byte aligned, every stride a "
@@ -295,154 +201,35 @@ Support cuda_can_backward(const BackwardArgs& args, const Problem& p) {
 }
 
 void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
-  const bool sequences = backward_needs_sequences(p);  // packed or seqused: the kernels' per-entry instantiation
-  if (sequences && !backward_packed_native(args, p)) return cuda_backward_sequences(args, p, stream);
-  using sm90::BwdParams;
+  if (backward_needs_sequences(p) && !bwd::backward_packed_native(args, p)) {
+    return cuda_backward_sequences(args, p, stream);  // one dense call per sequence
+  }
   DeviceGuard guard(args.q.device.index);
   const auto s = static_cast<cudaStream_t>(stream);
-  using sm90::bwd::MmaSyncTile;
-  constexpr int kMmaBlockM = MmaSyncTile<64>::kBlockM, kMmaBlockN = MmaSyncTile<64>::kBlockN;
-  static_assert(kMmaBlockM == MmaSyncTile<128>::kBlockM && kMmaBlockN == MmaSyncTile<128>::kBlockN &&
-                    kMmaBlockM == MmaSyncTile<256>::kBlockM && kMmaBlockN == MmaSyncTile<256>::kBlockN,
-                "the mma.sync kernel has one tile shape for every head dim");
-  const bool wgmma = sequences || use_wgmma_kernel(args, p);
-  // The compiled width that runs the problem: its own head dim, or zero-padded the next wider one (head_dims.h);
-  // v's: its own where a split kernel exists ((192, 128)), else the same.
-  const int width = sm90::bwd_kernel_head_dim(p.head_dim, p.head_dim_v);
-  const int width_v = bwd_kernel_head_dim_v(width, p.head_dim_v);
-  // Tile shape of the chosen kernel: m_blocks sizes the deterministic-mode semaphores, n_blocks the grid.
-  using RolesTile = sm90::bwd::WgmmaTileRoles<256>;  // the role-split kernel's tile, d = 192 and 256
-  const int block_m = !wgmma         ? kMmaBlockM
-                      : width == 64  ? sm90::bwd::WgmmaTile<64>::kBlockM
-                      : width <= 128 ? sm90::bwd::WgmmaTile<128>::kBlockM
-                                     : RolesTile::kBlockM;
-  const int block_n = !wgmma ? kMmaBlockN : width >= 192 ? RolesTile::kBlockN : sm90::bwd::WgmmaTile<128>::kBlockN;
-  static_assert(sm90::bwd::WgmmaTile<64>::kBlockN == sm90::bwd::WgmmaTile<128>::kBlockN &&
-                sm90::bwd::WgmmaTile<96>::kBlockM == sm90::bwd::WgmmaTile<128>::kBlockM &&
-                sm90::bwd::WgmmaTile<96>::kBlockN == sm90::bwd::WgmmaTile<128>::kBlockN);
-  static_assert(sm90::bwd::WgmmaTileRoles<192>::kBlockM == RolesTile::kBlockM &&
-                sm90::bwd::WgmmaTileRoles<192>::kBlockN == RolesTile::kBlockN);
-
-  BwdParams params{};
-  params.q = args.q.data;
-  params.k = args.k.data;
-  params.v = args.v.data;
-  params.out = args.out.data;
-  params.dout = args.dout.data;
-  params.lse = static_cast<const float*>(args.lse.data);
-  params.lse_stride_b = args.lse.rank == 2 ? 0 : args.lse.stride[0];  // packed: (heads, total_q)
-  params.lse_stride_h = args.lse.rank == 2 ? args.lse.stride[0] : args.lse.stride[1];
-  params.q_stride = strides_of(args.q);
-  params.k_stride = strides_of(args.k);
-  params.v_stride = strides_of(args.v);
-  params.out_stride = strides_of(args.out);
-  params.dout_stride = strides_of(args.dout);
-  params.dq = args.dq.data;
-  params.dk = args.dk.data;
-  params.dv = args.dv.data;
-  params.dq_stride = strides_of(args.dq);
-  params.dk_stride = strides_of(args.dk);
-  params.dv_stride = strides_of(args.dv);
-
-  params.batch = static_cast<int>(p.batch);
-  params.seqlen_q = static_cast<int>(p.seqlen_q);
-  params.seqlen_k = static_cast<int>(p.seqlen_k);
-  params.heads = static_cast<int>(p.heads);
-  params.heads_kv = static_cast<int>(p.heads_kv);
-  params.group = static_cast<int>(p.group());
-  params.head_dim = static_cast<int>(p.head_dim);
-  params.head_dim_v = static_cast<int>(p.head_dim_v);
-  params.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
-  params.n_blocks = static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
-  // The common mask and score transform (common/mask.h, common/score_transform.h); the band in int for the kernels'
-  // compares, unbounded sides as the sentinels every real offset satisfies. Packed and seqused launches make
-  // each entry's band from `seq` and `mask` (bwd_schedule.h); theirs below, of the longest entry, only sizes the
-  // launch.
-  params.seq = p.layout();
-  params.mask = p.mask();
-  const SequenceMask band = SequenceMask::make(p.mask(), p.seqlen_q, p.seqlen_k);
-  params.band_lo = sm90::clamp_band(band.band_lo);
-  params.band_hi = sm90::clamp_band(band.band_hi);
-  const ScoreTransform score = p.score_transform();
-  params.softmax_scale = score.softmax_scale;
-  params.softcap = score.softcap;
-  params.tanh_scale = score.tanh_scale;
-  params.log2_scale = score.log2_scale;
-  params.deterministic = args.deterministic;
-  params.learnable_sink = p.learnable_sink;
-  params.dsink = args.dsink.data != nullptr ? static_cast<float*>(args.dsink.data) : nullptr;
-  if (args.deterministic && wgmma) {
-    // Key tiles of one (batch, kv head) that fit on half the SMs: all resident together, with room left for other
-    // work on the GPU.
-    const int resident_key_tiles = detail::current_device_sm_count() / 2;
-    // Rotated deterministic order (bwd_schedule.h, det_rotates); a packed launch decides it per entry.
-    if (!p.has_mask()) {
-      if (sequences) params.det_resident_key_tiles = resident_key_tiles;
-      else params.det_rotated = sm90::bwd::det_rotates(params.m_blocks, params.n_blocks, resident_key_tiles);
-    }
-    // d = 192 / 256: release dQ additions one tile late (bwd_wgmma_roles_kernel.cuh), so that the release fence
-    // stops stalling the warpgroup; not where each CTA waits on its predecessor's release in lockstep (unmasked,
-    // unrotated, and a head's CTAs resident together), where the late release lengthens the chain.
-    if (width >= 192) {
-      params.det_defer_release = p.has_mask() || params.det_rotated || params.n_blocks > resident_key_tiles;
-    }
-  }
-
-  if (wgmma) params.group_parts = group_parts_for(params, block_m, block_n);
-  // The wgmma kernel of widths 64 / 96 / 128 stages its dQ pieces in fragment order (bwd_params.h): 2-5 % faster;
-  // the others add into row-major rows, and so does that kernel in deterministic mode without a mask, where the
-  // CTAs add into each Q tile one after another and the row-major staging measured 3-6 % faster
-  // (docs/performance.md 4.10).
-  params.dq_fragment_order = wgmma && width <= 128 && !(args.deterministic && !p.has_mask());
-  params.dq_accum_cols = static_cast<int>(params.dq_fragment_order ? (p.head_dim + 31) / 32 * 32 : p.head_dim);
-
-  // Rows of the LSE / D / dQ-accumulator workspace, (b, h, sq) or (h, total_q) with packed queries.
-  const int64_t rows = p.heads * (p.varlen() ? p.total_q : p.batch * p.seqlen_q);
-  const size_t accum_bytes = align256(static_cast<size_t>(rows * params.dq_accum_cols) * sizeof(float));
-  const size_t row_bytes = align256(static_cast<size_t>(rows) * sizeof(float));
-  const int64_t col_slices = wgmma ? 1 : mma_col_slices(width);
-  const size_t sem_bytes =
-      args.deterministic
-          ? align256(static_cast<size_t>(col_slices * p.batch * p.heads * params.m_blocks) * sizeof(int))
-          : 0;
-  // Persistent CTAs where they pay (bwd_schedule.h); their item counter is zeroed by the preprocess kernel, which
-  // runs whenever rows > 0.
-  const bool persistent = wgmma && !args.deterministic && width <= 128 && rows > 0 &&
-                          sm90::bwd::bwd_persistent_pays(params, block_m);
-  const size_t counter_bytes = persistent ? 256 : 0;
-  const int dsink_slices =
-      sm90::bwd::dsink_slices(p.varlen() ? p.total_q : p.batch * p.seqlen_q, static_cast<int>(p.heads));
-  const size_t dsink_bytes =
-      params.dsink != nullptr ? align256(static_cast<size_t>(p.heads) * dsink_slices * sizeof(float)) : 0;
-  // A split group's fp32 dK, dV partials (bwd_params.h), one block of key rows per part.
-  params.partial_rows = params.seq.cu_seqlens_k != nullptr ? p.total_k : p.batch * p.seqlen_k;
-  const size_t partial_floats = params.group_parts > 1 ? static_cast<size_t>(params.group_parts * params.partial_rows *
-                                                                            p.heads_kv)
-                                                       : 0;
-  const size_t dk_partial_bytes = align256(partial_floats * p.head_dim * sizeof(float));
-  const size_t dv_partial_bytes = align256(partial_floats * p.head_dim_v * sizeof(float));
-  StreamWorkspace workspace(std::max<size_t>(accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes + dsink_bytes +
-                                                 dk_partial_bytes + dv_partial_bytes,
-                                             256),
-                            s);
+  const bwd::BwdLaunchConfig launch = bwd::choose_bwd_launch(args, p);
+  sm90::BwdParams params = bwd::make_bwd_params(args, p, launch, current_device_sm_count());
+  const int64_t rows = bwd::bwd_workspace_rows(p);
+  const bool persistent = bwd::bwd_runs_persistent(params, launch, rows);
+  const sm90::bwd::BwdWorkspaceNeeds needs = bwd::bwd_workspace_needs(params, p, launch, persistent);
+  const sm90::bwd::BwdWorkspaceLayout layout = sm90::bwd::bwd_workspace_layout(needs);
+  StreamWorkspace workspace(layout.bytes, s);
   char* ws = workspace.data();
-  params.dq_accum = reinterpret_cast<float*>(ws);
-  params.dsum = reinterpret_cast<float*>(ws + accum_bytes);
-  params.lse_log2 = reinterpret_cast<float*>(ws + accum_bytes + row_bytes);
-  params.semaphores = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes);
-  // dq_accum is zeroed by the preprocess kernel (bwd_prepost.cuh), which runs whenever it is non-empty.
-  if (persistent) {
-    params.work_counter = reinterpret_cast<int*>(ws + accum_bytes + 2 * row_bytes + sem_bytes);
-  }
-  float* dsink_partial = reinterpret_cast<float*>(ws + accum_bytes + 2 * row_bytes + sem_bytes + counter_bytes);
+  params.dq_accum = reinterpret_cast<float*>(ws + layout.dq_accum);  // zeroed by the preprocess kernel
+  params.dsum = reinterpret_cast<float*>(ws + layout.dsum);
+  params.lse_log2 = reinterpret_cast<float*>(ws + layout.lse_log2);
+  params.semaphores = reinterpret_cast<int*>(ws + layout.semaphores);
+  if (persistent) params.work_counter = reinterpret_cast<int*>(ws + layout.work_counter);
+  float* dsink_partial = reinterpret_cast<float*>(ws + layout.dsink_partial);
   if (params.group_parts > 1) {
-    params.dk_partial = reinterpret_cast<float*>(reinterpret_cast<char*>(dsink_partial) + dsink_bytes);
-    params.dv_partial = reinterpret_cast<float*>(reinterpret_cast<char*>(params.dk_partial) + dk_partial_bytes);
+    params.dk_partial = reinterpret_cast<float*>(ws + layout.dk_partial);
+    params.dv_partial = reinterpret_cast<float*>(ws + layout.dv_partial);
   }
-  if (sem_bytes > 0) FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, sem_bytes, s));
+  if (layout.semaphore_bytes > 0) {
+    FLASH4_CUDA_CHECK(cudaMemsetAsync(params.semaphores, 0, layout.semaphore_bytes, s));
+  }
   // The pre- and postprocess work row by row: packed queries are one entry of total_q rows to them (rows in no
   // sequence included: their dQ accumulator stays zero, so their dQ is written as zero).
-  BwdParams row_params = params;
+  sm90::BwdParams row_params = params;
   if (p.varlen()) {
     row_params.batch = 1;
     row_params.seqlen_q = static_cast<int>(p.total_q);
@@ -455,11 +242,11 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   }
   if (params.dsink != nullptr) {  // from the preprocess's D and LSE; zero where there is no row
     if (rows > 0) {
-      const dim3 grid(static_cast<unsigned>(dsink_slices), static_cast<unsigned>(p.heads));
+      const int slices = static_cast<int>(needs.dsink_partials / p.heads);
+      const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(p.heads));
       sm90::bwd::bwd_dsink_partial_kernel<<<grid, sm90::bwd::kPrepostThreads, 0, s>>>(params, dsink_partial);
       FLASH4_CUDA_CHECK_LAUNCH();
-      sm90::bwd::bwd_dsink_sum_kernel<<<static_cast<unsigned>(p.heads), 32, 0, s>>>(params, dsink_partial,
-                                                                                   dsink_slices);
+      sm90::bwd::bwd_dsink_sum_kernel<<<static_cast<unsigned>(p.heads), 32, 0, s>>>(params, dsink_partial, slices);
       FLASH4_CUDA_CHECK_LAUNCH();
     } else {
       FLASH4_CUDA_CHECK(cudaMemsetAsync(params.dsink, 0, static_cast<size_t>(p.heads) * sizeof(float), s));
@@ -467,33 +254,34 @@ void cuda_backward(const BackwardArgs& args, const Problem& p, Stream stream) {
   }
   // Key rows in no entry (past seqused_k, after the last packed segment) get zero gradients here; the main
   // kernel writes every other row.
-  if (sequences) {
+  if (launch.packed) {
     sm90::launch_zero_uncovered_key_rows(args.dk, p, s);
     sm90::launch_zero_uncovered_key_rows(args.dv, p, s);
   }
   // The main kernel also writes dK = dV = 0 when no query can see a key tile (seqlen_q == 0, heads == 0, masks).
   if (params.n_blocks > 0 && p.batch > 0) {
-    if (wgmma) {
+    if (launch.wgmma) {
       sm90::bwd::BwdWgmmaParams wp{};
       wp.p = params;
-      const BshdView q = bshd(args.q), k = bshd(args.k), v = bshd(args.v), dout = bshd(args.dout);
-      auto map = [](const TensorView& t, const BshdView& view, int64_t heads, int64_t width, int box_rows) {
+      const bwd::BshdView q = bwd::bshd(args.q), k = bwd::bshd(args.k), v = bwd::bshd(args.v),
+                          dout = bwd::bshd(args.dout);
+      auto map = [](const TensorView& t, const bwd::BshdView& view, int64_t heads, int64_t width, int box_rows) {
         return sm90::make_tensor_map_bshd(t.data, view.batch, view.seqlen, heads, width, view.stride.batch,
                                           view.stride.seq, view.stride.head, box_rows);
       };
       // True widths (q, k: head_dim; v, dout: head_dim_v): TMA zero-fills a padded kernel's extra columns.
-      wp.tma_q = map(args.q, q, p.heads, p.head_dim, block_m);
-      wp.tma_do = map(args.dout, dout, p.heads, p.head_dim_v, block_m);
-      wp.tma_k = map(args.k, k, p.heads_kv, p.head_dim, block_n);
-      wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, block_n);
+      wp.tma_q = map(args.q, q, p.heads, p.head_dim, launch.block_m);
+      wp.tma_do = map(args.dout, dout, p.heads, p.head_dim_v, launch.block_m);
+      wp.tma_k = map(args.k, k, p.heads_kv, p.head_dim, launch.block_n);
+      wp.tma_v = map(args.v, v, p.heads_kv, p.head_dim_v, launch.block_n);
       wp.tma_dq =
           sm90::make_tensor_map_f32_bhsd(params.dq_accum, q.batch, p.heads, q.seqlen, params.dq_accum_cols, 64);
-      if (sequences) {
-        if (bf16) launch_wgmma<__nv_bfloat16, true>(wp, width, width_v, p.has_mask(), s);
-        else launch_wgmma<__half, true>(wp, width, width_v, p.has_mask(), s);
+      if (launch.packed) {
+        if (bf16) launch_wgmma<__nv_bfloat16, true>(wp, launch.width, launch.width_v, p.has_mask(), s);
+        else launch_wgmma<__half, true>(wp, launch.width, launch.width_v, p.has_mask(), s);
       } else {
-        if (bf16) launch_wgmma<__nv_bfloat16, false>(wp, width, width_v, p.has_mask(), s);
-        else launch_wgmma<__half, false>(wp, width, width_v, p.has_mask(), s);
+        if (bf16) launch_wgmma<__nv_bfloat16, false>(wp, launch.width, launch.width_v, p.has_mask(), s);
+        else launch_wgmma<__half, false>(wp, launch.width, launch.width_v, p.has_mask(), s);
       }
       if (params.group_parts > 1) {
         if (bf16) launch_group_reduce<__nv_bfloat16>(params, args.dk, args.dv, s);

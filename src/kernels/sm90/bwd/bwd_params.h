@@ -1,4 +1,4 @@
-// Kernel parameters of the backward pass (preprocess, main kernel, postprocess), filled by bwd_api.cu.
+// Kernel parameters of the backward pass (preprocess, main kernel, postprocess), built by bwd_params_builder.cu.
 // Plain data: pointers, element strides and the mask as a band of allowed key-minus-query offsets. Host-only C++
 // (no CUDA headers), so the CPU tests can use it (tests/cpu/test_bwd_schedule.cpp).
 #pragma once
@@ -35,7 +35,7 @@ struct BwdParams {
   void* dv = nullptr;
   BshdStrides dq_stride, dk_stride, dv_stride;
 
-  // Workspace (one cudaMallocAsync block, see bwd_api.cu), all contiguous.
+  // Workspace (one cudaMallocAsync block, laid out in bwd_workspace.h), all contiguous.
   // (b, h, sq, dq_accum_cols) fp32, zeroed; holds sum_j dS_ij k_j (scale applied in postprocess). Rows are d
   // wide, or with dq_fragment_order rounded up to 32 and each 32-column block permuted (dq_fragment_column).
   float* dq_accum = nullptr;
@@ -76,12 +76,12 @@ struct BwdParams {
   float log2_scale = 0.0f;  // softmax_scale * log2(e), or softcap * log2(e) with softcap
   bool deterministic = false;
   // Deterministic without a mask, with few enough key tiles per (batch, kv head) that all of them are resident
-  // at once (bwd_api.cu decides): Q loops rotate as in the non-deterministic mode and the additions into a Q tile
+  // at once (make_bwd_params decides): Q loops rotate as in the non-deterministic mode and the additions into a Q tile
   // follow the order in which the CTAs reach it (bwd_schedule.h, det_arrival_rank).
   bool det_rotated = false;
   // d = 192 / 256 deterministic: a warpgroup releases its dQ additions one tile late (bwd_wgmma_roles_kernel.cuh,
   // release_dq), so that their fence no longer stalls it; not where the unrotated release chain of a head whose
-  // CTAs are all resident is the critical path (bwd_api.cu decides).
+  // CTAs are all resident is the critical path (make_bwd_params decides).
   bool det_defer_release = false;
 
   // Packed (cu_seqlens) and seqused batches, run by the kernels' kPacked instantiations: where each entry's rows

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_workspace.h"
 #include "common/score_transform.h"
 #include "kernels/sm90/pack.cuh"
 
@@ -69,12 +70,8 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
 // fixed orders and fixed reduction trees, so the result is the same every run (deterministic mode included).
 // Step 1, grid (slices, heads): slice s of head h adds up the head's row slots s * 256 + t, stepping by
 // slices * 256 (slots: batch * seqlen_q dense, total_q packed), into partial[h * slices + s]. Rows, not entries,
-// are the unit of work, so one long sequence and a thousand short ones both spread over the GPU.
-inline int dsink_slices(int64_t slots_per_head, int heads) {
-  const int64_t wanted = (slots_per_head + 1023) / 1024;  // about 4 rows per thread
-  const int64_t most = std::max<int64_t>(1, 528 / std::max(heads, 1));  // about 4 CTAs per SM in all
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
-}
+// are the unit of work, so one long sequence and a thousand short ones both spread over the GPU. The number of
+// slices: dsink_slices (bwd_workspace.h, which sizes the partials).
 
 __global__ void __launch_bounds__(kPrepostThreads) bwd_dsink_partial_kernel(const __grid_constant__ BwdParams p,
                                                                             float* partial) {

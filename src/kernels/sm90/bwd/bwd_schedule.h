@@ -184,7 +184,7 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
   return best;
 }
 
-// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_api.cu): they pay where an item loops over few
+// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_runs_persistent): they pay where an item loops over few
 // Q tiles (the CTA launch they save is a larger share of a short item) and lose slightly on long ones. So at
 // d = 128 they run where an item averages at most 16 Q tiles: the GQA group times the Q rows a key tile sees, all
 // of them without a mask, about half under a band open on one side (causal), at most the band's width under a
