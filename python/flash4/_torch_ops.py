@@ -37,6 +37,27 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
+def _tma_addressable(t: Tensor) -> bool:
+    """Whether the GPU kernels' TMA loads can address t as it is: a 16-byte aligned start and every stride but
+    the last a positive multiple of 16 bytes (size-1 dimensions included: TMA takes their strides too). While
+    torch.compile traces, the start address is not known: the library checks it when the call runs."""
+    if not torch.compiler.is_compiling() and t.data_ptr() % 16 != 0:
+        return False
+    size = t.element_size()
+    return all(st > 0 and st * size % 16 == 0 for st in t.stride()[:-1])
+
+
+def _gpu_layout(t: Tensor) -> Tensor:
+    """An attention input the GPU kernels can load: t itself where TMA can address it, else a copy with the
+    standard strides (broadcast views, odd strides and offsets work as in flash-attn instead of being refused).
+    CPU tensors need only a unit stride in the last dimension."""
+    if not t.is_cuda:
+        return _last_dim_contiguous(t)
+    if t.stride(-1) == 1 and _tma_addressable(t):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
 # The optional packed-batch and sink arguments, in the order the ops take them (after the dense options):
 # cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink.
 _NO_SEQUENCES = (None, None, None, None, 0, 0, None)
@@ -92,6 +113,8 @@ def _usable_gradient(dout, out):
     dimension is not contiguous or a stride is 0 (e.g. the broadcast gradient of a sum())."""
     if dout is None:
         return torch.zeros_like(out)
+    if dout.is_cuda:
+        return _gpu_layout(dout)
     if dout.stride(-1) != 1 or 0 in dout.stride():
         return dout.contiguous()
     return dout
@@ -291,7 +314,7 @@ def _sink_tensor(sink):
 
 
 def checked_inputs(q, k, v, packed):
-    """q, k, v with a unit stride in the last dimension; TypeError unless they are torch tensors, ValueError
+    """q, k, v as the library takes them (_gpu_layout); TypeError unless they are torch tensors, ValueError
     unless of rank 4 (dense) or 3 (packed)."""
     rank, layout = (3, "(total, heads, head_dim)") if packed else (4, "(batch, seqlen, heads, head_dim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -299,7 +322,7 @@ def checked_inputs(q, k, v, packed):
             raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}")
         if t.dim() != rank:
             raise ValueError(f"{name} must have {rank} dimensions {layout}, got shape {tuple(t.shape)}")
-    return _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    return _gpu_layout(q), _gpu_layout(k), _gpu_layout(v)
 
 
 def sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink):
