@@ -1,18 +1,13 @@
 // The wgmma backward's schedule (src/kernels/sm90/bwd/bwd_schedule.h) is plain C++ shared by the host and the
-// kernels; these checks run on any machine:
+// kernels; these checks run on any machine (the deterministic order's: test_bwd_schedule_deterministic.cpp):
 //   * tile_visible agrees with a brute-force scan of the tile, q_range visits exactly the visible Q tiles of a
 //     key tile, each once (also with the non-deterministic rotation), and k_range holds exactly the key tiles a Q
 //     tile sees;
-//   * deterministic mode: releases_before counts exactly the visible contributions of key tiles launched earlier,
-//     and a CTA therefore never waits on one launched later;
 //   * work_item numbers every (key tile, kv head, batch) once, each pair's key tiles in key_tile_of_launch's order;
 //   * tile_visible, tile_needs_mask, k_range and q_range agree with the common mask policy (common/mask.h:
 //     SequenceMask::block_visible, block_needs_mask, key_tiles, query_tiles);
 //   * bwd_persistent_pays picks persistent CTAs exactly for the shapes where they were measured to win;
-//   * a simulation with few resident CTAs runs every deterministic schedule to completion (no deadlock) and ends
-//     with each Q tile's semaphore at its number of visible key tiles;
-//   * the rotated deterministic order (no mask, all of a head's CTAs resident): releases_before counts the CTAs
-//     that reach the Q tile at an earlier step of their rotated loops, and a simulation in lockstep never waits.
+//   * the GQA group split and the dQ writers' hand-over across a persistent CTA's items.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,55 +18,12 @@
 #include "common/mask.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
+#include "common/bwd_schedule_case.h"
 
 namespace flash4::sm90::bwd {
 namespace {
 
-struct Mask {
-  const char* name;
-  bool masked;
-  int64_t window_left, window_right;  // -1 = unbounded, as in the public API
-};
-
-// No mask, causal (bottom-right), a left window, a two-sided window.
-constexpr Mask kMasks[] = {{"none", false, -1, -1}, {"causal", true, -1, 0}, {"left32", true, 32, 0},
-                           {"band70_5", true, 70, 5}};
-constexpr int kSeqlens[] = {1, 17, 64, 65, 127, 128, 129, 300, 1000, 1013};
-
-detail::SequenceMask sequence_mask(int sq, int sk, const Mask& mask) {
-  return detail::SequenceMask::make(detail::AttentionMask{mask.window_left, mask.window_right}, sq, sk);
-}
-
-// BwdParams of one (seqlen_q, seqlen_k, mask) on `Tile`, as make_bwd_params fills the fields the schedule reads.
-template <class Tile>
-BwdParams make_params(int sq, int sk, const Mask& mask, bool deterministic) {
-  BwdParams p;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.m_blocks = (sq + Tile::kBlockM - 1) / Tile::kBlockM;
-  p.n_blocks = (sk + Tile::kBlockN - 1) / Tile::kBlockN;
-  const detail::SequenceMask band = sequence_mask(sq, sk, mask);
-  p.band_lo = clamp_band(band.band_lo);
-  p.band_hi = clamp_band(band.band_hi);
-  p.deterministic = deterministic;
-  return p;
-}
-
-template <class Tile>
-bool visible_brute_force(const BwdParams& p, int m, int n) {
-  for (int i = m * Tile::kBlockM; i < std::min((m + 1) * Tile::kBlockM, p.seqlen_q); ++i)
-    for (int j = n * Tile::kBlockN; j < std::min((n + 1) * Tile::kBlockN, p.seqlen_k); ++j)
-      if (j - i >= p.band_lo && j - i <= p.band_hi) return true;
-  return false;
-}
-
-// The launch position (blockIdx.x) of key tile n.
-template <bool kMasked>
-int launch_of(const BwdParams& p, int n) {
-  for (int x = 0; x < p.n_blocks; ++x)
-    if (key_tile_of_launch<kMasked>(p, x) == n) return x;
-  return -1;
-}
+using namespace schedule_test;
 
 template <class Tile>
 void check_ranges(const char* tile_name) {
@@ -174,42 +126,6 @@ TEST(BwdSchedule, TileQuestionsAgreeWithTheSequenceMask) {
   check_against_sequence_mask<WgmmaTile<64>>("d64");
   check_against_sequence_mask<WgmmaTile<128>>("d128");
   check_against_sequence_mask<WgmmaTileRoles<256>>("d256");
-}
-
-template <class Tile, bool kMasked>
-void check_release_counts(const BwdParams& p) {
-  for (int n = 0; n < p.n_blocks; ++n)
-    for (int m = 0; m < p.m_blocks; ++m) {
-      if (!tile_visible<Tile>(p, m, n)) continue;
-      int earlier = 0;  // visible contributions to Q tile m from key tiles launched before n
-      for (int other = 0; other < p.n_blocks; ++other)
-        if (other != n && tile_visible<Tile>(p, m, other) && launch_of<kMasked>(p, other) < launch_of<kMasked>(p, n))
-          ++earlier;
-      ASSERT_EQ((releases_before<Tile, kMasked>(p, m, n, 2)), 2 * earlier) << "Q tile " << m << ", key tile " << n;
-    }
-}
-
-template <class Tile>
-void check_deterministic_waits(const char* tile_name) {
-  for (const Mask& mask : kMasks)
-    for (int sq : kSeqlens)
-      for (int sk : kSeqlens) {
-        SCOPED_TRACE(std::string(tile_name) + " " + mask.name + " sq " + std::to_string(sq) + " sk " +
-                     std::to_string(sk));
-        const BwdParams p = make_params<Tile>(sq, sk, mask, true);
-        if (mask.masked) {
-          EXPECT_EQ(key_tile_of_launch<true>(p, 0), p.n_blocks - 1) << "shortest (highest) key tile first";
-          check_release_counts<Tile, true>(p);
-        } else {
-          check_release_counts<Tile, false>(p);
-        }
-      }
-}
-
-TEST(BwdSchedule, DeterministicWaitsOnlyOnEarlierLaunches) {
-  check_deterministic_waits<WgmmaTile<64>>("d64");
-  check_deterministic_waits<WgmmaTile<128>>("d128");
-  check_deterministic_waits<WgmmaTileRoles<256>>("d256");
 }
 
 // The persistent / one-per-item choice at the shapes it was measured on (16k tokens, group 1: at d = 128
@@ -364,115 +280,6 @@ TEST(BwdSchedule, DqWritersFollowTheConsumersAcrossItems) {
       }
       for (size_t t = 0; t < writers_of.size(); ++t) EXPECT_EQ(writers_of[t], 1) << "tile " << t;
     }
-}
-
-// Runs one head's deterministic schedule with `resident` CTA slots filled in launch order. Every round, each
-// resident CTA whose next Q tile has all its earlier releases adds there (one release) and moves on; a finished
-// CTA frees its slot for the next launch. Returns the rounds taken, or -1 on a round where nothing could move.
-template <class Tile, bool kMasked>
-int simulate(const BwdParams& p, int resident, std::vector<int>& semaphores) {
-  struct Cta {
-    int n, next;
-    QRange range;
-  };
-  semaphores.assign(p.m_blocks, 0);
-  std::vector<Cta> running;
-  int launched = 0, rounds = 0;
-  while (true) {
-    while (static_cast<int>(running.size()) < resident && launched < p.n_blocks) {
-      const int n = key_tile_of_launch<kMasked>(p, launched++);
-      running.push_back({n, 0, q_range<Tile>(p, n)});
-    }
-    running.erase(std::remove_if(running.begin(), running.end(), [](const Cta& c) { return c.next == c.range.m_count; }),
-                  running.end());
-    if (running.empty() && launched == p.n_blocks) return rounds;
-    if (running.empty()) continue;
-    std::vector<int> adds;  // this round's releases, applied together
-    for (Cta& c : running) {
-      const int m = c.range.m_block(c.next);
-      if (semaphores[m] == releases_before<Tile, kMasked>(p, m, c.n, 1)) {
-        adds.push_back(m);
-        ++c.next;
-      }
-    }
-    if (adds.empty()) return -1;
-    for (int m : adds) ++semaphores[m];
-    ++rounds;
-  }
-}
-
-template <class Tile, bool kMasked>
-void check_simulation(const BwdParams& p) {
-  for (int resident : {1, 3, 8}) {
-    std::vector<int> semaphores;
-    const int rounds = simulate<Tile, kMasked>(p, resident, semaphores);
-    ASSERT_GE(rounds, 0) << "deadlock with " << resident << " resident CTAs";
-    for (int m = 0; m < p.m_blocks; ++m) {
-      int visible = 0;
-      for (int n = 0; n < p.n_blocks; ++n) visible += tile_visible<Tile>(p, m, n) ? 1 : 0;
-      EXPECT_EQ(semaphores[m], visible) << "Q tile " << m;
-    }
-  }
-}
-
-// The rotated deterministic order (det_rotated) on `Tile`: each Q tile's releases_before is the number of CTAs
-// that reach it at an earlier step of their q_range loops (ties: lower n_block first), and with every CTA
-// resident the simulation finishes in exactly one round per Q tile when no two CTAs start at the same tile.
-template <class Tile>
-void check_rotated_order(const char* tile_name) {
-  const Mask none = kMasks[0];
-  for (int sq : {1, 17, 128, 300, 1000, 1013, 2048, 4097})
-    for (int sk : {1, 64, 129, 300, 1000, 2048, 4097}) {
-      SCOPED_TRACE(std::string(tile_name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
-      BwdParams p = make_params<Tile>(sq, sk, none, true);
-      p.det_rotated = true;
-      std::vector<QRange> ranges;
-      for (int n = 0; n < p.n_blocks; ++n) ranges.push_back(q_range<Tile>(p, n));
-      auto step_of = [&](int n, int m) {
-        for (int i = 0; i < ranges[n].m_count; ++i)
-          if (ranges[n].m_block(i) == m) return i;
-        return -1;
-      };
-      for (int m = 0; m < p.m_blocks; ++m)
-        for (int n = 0; n < p.n_blocks; ++n) {
-          const int step = step_of(n, m);
-          ASSERT_GE(step, 0) << "every key tile sees every Q tile without a mask";
-          int earlier = 0;
-          for (int other = 0; other < p.n_blocks; ++other) {
-            const int s = step_of(other, m);
-            if (s < step || (s == step && other < n)) ++earlier;
-          }
-          ASSERT_EQ((releases_before<Tile, false>(p, m, n, 2)), 2 * earlier) << "Q tile " << m << ", key tile " << n;
-        }
-      std::vector<int> semaphores;
-      const int rounds = simulate<Tile, false>(p, p.n_blocks, semaphores);
-      ASSERT_GE(rounds, 0) << "deadlock with all CTAs resident";
-      if (p.n_blocks <= p.m_blocks) EXPECT_EQ(rounds, p.m_blocks) << "a CTA waited";
-      for (int m = 0; m < p.m_blocks; ++m) EXPECT_EQ(semaphores[m], p.n_blocks) << "Q tile " << m;
-    }
-}
-
-TEST(BwdSchedule, RotatedDeterministicOrderFollowsArrival) {
-  check_rotated_order<WgmmaTile<64>>("d64");
-  check_rotated_order<WgmmaTile<128>>("d128");
-  check_rotated_order<WgmmaTileRoles<256>>("d256");
-}
-
-TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
-  for (const Mask& mask : kMasks)
-    for (int sq : {1, 129, 1000, 4097})
-      for (int sk : {17, 300, 1013, 4097}) {
-        SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk));
-        const BwdParams p64 = make_params<WgmmaTile<64>>(sq, sk, mask, true);
-        const BwdParams p256 = make_params<WgmmaTileRoles<256>>(sq, sk, mask, true);
-        if (mask.masked) {
-          check_simulation<WgmmaTile<64>, true>(p64);
-          check_simulation<WgmmaTileRoles<256>, true>(p256);
-        } else {
-          check_simulation<WgmmaTile<64>, false>(p64);
-          check_simulation<WgmmaTileRoles<256>, false>(p256);
-        }
-      }
 }
 
 }  // namespace
