@@ -51,6 +51,16 @@ void check_same_device(const Checker& c, const TensorView& t, const char* name, 
 void check_no_overlap(const Checker& c, const TensorView& out, const char* out_name, const TensorView& other,
                       const char* other_name);
 
+// Two tensors the library writes (the KV caches of an append) must not share an element; interleaved views of
+// one buffer do not. Exact for tensors of one dtype and equal strides; others whose byte ranges meet are refused.
+void check_no_shared_elements(const Checker& c, const TensorView& a, const char* a_name, const TensorView& b,
+                              const char* b_name);
+
+// An output's elements must be distinct: no dimension of size > 1 with stride 0 (a broadcast view), whose
+// writes would race (the check torch makes; other self-overlapping strides are not looked for). An empty
+// output passes.
+void check_distinct_elements(const Checker& c, const TensorView& out, const char* name);
+
 // An optional tensor is absent when its pointer is null and its shape is all zeros (a default TensorView).
 bool present(const TensorView& t);
 

@@ -127,36 +127,6 @@ void check_score_options(const Checker& c, const ScoreOptions& o, Problem& p) {
   if (o.causal) p.window_right = o.window_right == -1 ? 0 : std::min<int64_t>(o.window_right, 0);
 }
 
-namespace {
-
-// Byte range [begin, end) that a tensor's elements span; empty for an empty tensor.
-struct ByteRange {
-  uintptr_t begin = 0, end = 0;
-};
-
-ByteRange byte_range(const TensorView& t) {
-  // An absent optional tensor is not validated (its rank may be anything): it spans nothing.
-  if (t.data == nullptr || t.rank < 0 || t.rank > 4 || t.numel() == 0) return {};
-  int64_t last = 0;
-  for (int i = 0; i < t.rank; ++i) last += (t.shape[i] - 1) * t.stride[i];  // no overflow: checked above
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  return {begin, begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype))};
-}
-
-}  // namespace
-
-// Conservative: two tensors whose byte ranges intersect are treated as aliasing, even if strided views
-// interleave without sharing elements (e.g. a packed dqkv buffer).
-void check_no_overlap(const Checker& c, const TensorView& out, const char* out_name, const TensorView& other,
-                      const char* other_name) {
-  if (!c.buffers()) return;
-  const ByteRange a = byte_range(out), b = byte_range(other);
-  const bool overlap = a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
-  FLASH4_REQUIRE(
-      c, !overlap,
-      std::string(out_name) + " overlaps " + other_name + " in memory; outputs must not alias inputs or other outputs");
-}
-
 void check_same_device(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
                        const char* like_name) {
   FLASH4_REQUIRE(c, t.device == like.device,
@@ -299,10 +269,12 @@ Problem validate(const ForwardArgs& args, Validation scope) {
                  "tuning.exp2 = " + std::to_string(exp2) + " must be 0 (auto), 1 (exact) or 2 (polynomial)");
   check_same_device(c, args.out, "out", args.q, "q");
   check_shape_with_head_dim_of(c, args.out, "out", args.q, "q", args.v, "v", dims);
+  check_distinct_elements(c, args.out, "out");
   const bool has_lse = present(args.lse);
   if (has_lse) {
     check_lse(c, args.lse, "lse", p);
     check_same_device(c, args.lse, "lse", args.q, "q");
+    check_distinct_elements(c, args.lse, "lse");
   }
 
   const std::pair<const TensorView*, const char*> inputs[] = {
@@ -339,10 +311,12 @@ Problem validate(const BackwardArgs& args, Validation scope) {
     check_same_dtype(c, *t, name, *like, like_name);
     check_same_device(c, *t, name, *like, like_name);
     check_same_shape(c, *t, name, *like, like_name, dims);
+    check_distinct_elements(c, *t, name);
   }
   check_lse(c, args.lse, "lse", p);
   check_same_device(c, args.lse, "lse", args.q, "q");
   const bool has_dsink = check_dsink(c, args.dsink, args.learnable_sink, args.q, p);
+  if (has_dsink) check_distinct_elements(c, args.dsink, "dsink");
 
   const std::pair<const TensorView*, const char*> outputs[] = {
       {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}, {&args.dsink, "dsink"}};

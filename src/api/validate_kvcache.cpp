@@ -279,8 +279,16 @@ void check_outputs(const Checker& c, const KvCacheArgs& a, const KvCacheProblem&
   for (const auto& [cache, name] : {std::pair{&a.k_cache, "k_cache"}, std::pair{&a.v_cache, "v_cache"}}) {
     check_no_overlap(c, a.out, "out", *cache, name);
     if (has_lse) check_no_overlap(c, a.lse, "lse", *cache, name);
+    if (p.seqlen_new > 0) check_distinct_elements(c, *cache, name);
   }
-  if (has_lse) check_no_overlap(c, a.lse, "lse", a.out, "out");
+  // The appended keys and values must not land on each other (k_cache and v_cache one tensor, or overlapping
+  // views of one buffer).
+  if (p.seqlen_new > 0) check_no_shared_elements(c, a.k_cache, "k_cache", a.v_cache, "v_cache");
+  check_distinct_elements(c, a.out, "out");
+  if (has_lse) {
+    check_distinct_elements(c, a.lse, "lse");
+    check_no_overlap(c, a.lse, "lse", a.out, "out");
+  }
 }
 
 }  // namespace

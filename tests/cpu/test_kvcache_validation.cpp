@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -248,6 +249,40 @@ TEST(KvCacheValidation, Tensors) {
         a.learnable_sink.dtype = DType::kFloat16;
       },
       "learnable_sink.dtype");
+}
+
+// Appending into caches that share elements would write the new keys and values over each other: refused, as
+// are broadcast caches; the interleaved K and V halves of one buffer share no element and are accepted.
+TEST(KvCacheValidation, AppendedCachesMustNotShareElements) {
+  const KvCaseSpec s = contiguous_spec();
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.v_cache = a.k_cache; }, "k_cache and v_cache share elements");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase&) {  // v_cache one row into k_cache: rows 1.. of one are rows 0.. of the other
+        a.v_cache = a.k_cache;
+        a.v_cache.data = static_cast<uint16_t*>(a.k_cache.data) + a.k_cache.stride[1];
+      },
+      "k_cache and v_cache share elements");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.k_cache.stride[1] = 0; }, "k_cache.stride[1] = 0");
+  FLASH4_TEST_RNG(rng);
+  KvCacheCase c(s, rng);
+  KvCacheArgs a = c.args();
+  // One buffer (slots, rows, heads_kv, 2, d): K in the first half of each row pair, V in the second.
+  const int64_t d = a.k_cache.shape[3];
+  std::vector<uint16_t> kv(static_cast<size_t>(a.k_cache.numel() * 2));
+  a.k_cache = make_view(kv.data(), a.k_cache.dtype, Device::cpu(), a.k_cache.shape[0], a.k_cache.shape[1],
+                        a.k_cache.shape[2], d);
+  for (int i = 0; i < 3; ++i) a.k_cache.stride[i] *= 2;
+  a.v_cache = a.k_cache;
+  a.v_cache.data = kv.data() + d;
+  EXPECT_NO_THROW((void)can_implement(a));
+  // Without an append the caches are only read: the same tensor for both is fine.
+  KvCacheCase r(with_no_append(s), rng);
+  KvCacheArgs b = r.args();
+  b.v_cache = b.k_cache;
+  EXPECT_NO_THROW((void)can_implement(b));
 }
 
 TEST(KvCacheValidation, Rotary) {

@@ -173,6 +173,21 @@ TEST(ValidateForward, RejectsNegativeSizesAndStrides) {
   expect_invalid(c2, {"k.stride[0] = -16", ">= 0"});
 }
 
+// A broadcast output (stride 0 in a dimension of size > 1, as torch's expand makes) would have every batch
+// entry write the same memory, in whatever order the threads run: refused as torch refuses it. An empty one
+// writes nothing and passes (EmptyTensorsAreValidAndWriteNothing).
+TEST(ValidateForward, RejectsBroadcastOutputs) {
+  ForwardCase c;
+  c.args.out.stride[0] = 0;
+  expect_invalid(c, {"out.stride[0] = 0 with out.shape[0] = 2", "must not share memory"});
+  ForwardCase c2;
+  c2.args.lse.stride[1] = 0;
+  expect_invalid(c2, {"lse.stride[1] = 0 with lse.shape[1] = 4"});
+  ForwardCase c3(Shape{.batch = 1});
+  c3.args.out.stride[0] = 0;  // a size-1 dimension's stride means nothing
+  EXPECT_NO_THROW(forward(c3.args));
+}
+
 TEST(ValidateForward, RejectsOverflowingSizes) {
   ForwardCase c;
   for (TensorView* t : {&c.args.q, &c.args.out}) {

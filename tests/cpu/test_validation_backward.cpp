@@ -140,6 +140,15 @@ TEST(ValidateBackward, RejectsGradientsAliasingEachOther) {
   expect_invalid(c2, {"dk overlaps dv"});
 }
 
+TEST(ValidateBackward, RejectsBroadcastGradients) {
+  BackwardCase c;
+  c.args.dk.stride[1] = 0;
+  expect_invalid(c, {"dk.stride[1] = 0 with dk.shape[1] = 7", "must not share memory"});
+  BackwardCase c2;
+  c2.args.dq.stride[2] = 0;
+  expect_invalid(c2, {"dq.stride[2] = 0 with dq.shape[2] = 4"});
+}
+
 TEST(ValidateBackward, RejectsGradientsAliasingInputs) {
   const std::pair<const char*, TensorView BackwardArgs::*> inputs[] = {
       {"dout", &BackwardArgs::dout}, {"q", &BackwardArgs::q},     {"k", &BackwardArgs::k},
