@@ -172,6 +172,7 @@ def flash_attn_func(
     shape = check_attention_shape(q, "q")
     check_attention_shape(k, "k")
     v_shape = check_attention_shape(v, "v")
+    _checks.dlpack(learnable_sink=learnable_sink, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     batch, seqlen_q, heads, _ = shape
     out = _empty(q, shape[:3] + v_shape[3:])  # v's head dim
     lse = _empty(q, (batch, heads, seqlen_q), float32=True)
@@ -220,6 +221,9 @@ def flash_attn_varlen_func(
     """
     max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
     max_seqlen_k = _checks.integer("max_seqlen_k", max_seqlen_k, 0)
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        given, missing = ("cu_seqlens_k", "cu_seqlens_q") if cu_seqlens_q is None else ("cu_seqlens_q", "cu_seqlens_k")
+        raise ValueError(f"{given} is set but {missing} is not; a packed batch needs both")
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
@@ -237,6 +241,9 @@ def flash_attn_varlen_func(
         return _torch_backend().attention(q, k, v, scale, bool(causal), left, right, cap, bool(deterministic),
                                           want_lse, **sequences)
 
+    _checks.dlpack(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q,
+                   seqused_k=seqused_k, learnable_sink=learnable_sink, q_descale=q_descale, k_descale=k_descale,
+                   v_descale=v_descale)
     shape = getattr(q, "shape", None)
     if shape is None or len(shape) != 3:
         raise ValueError(f"q must have 3 dimensions (total_q, heads, head_dim), got shape {shape}")
@@ -269,13 +276,15 @@ def forward(
     v_descale=None,
 ):
     """Low-level forward into preallocated `out` (like q, with v's head dim) and optional `lse`
-    ((batch, heads, seqlen_q) float32), for any DLPack arrays (writable). No autograd. stream: a cudaStream_t as int; None = torch's current stream for torch
-    CUDA tensors, else the default stream. exp2 ("auto", "exact", "polynomial") and conditional_rescale are
-    the library's tuning knobs, for ablations. float8_e4m3fn q, k, v take q/k/v_descale and a bf16 or fp16 out."""
+    ((batch, heads, seqlen_q) float32), for any DLPack arrays (writable). No autograd. stream: a cudaStream_t as
+    int; None = torch's current stream for torch CUDA tensors, else the default stream. exp2 ("auto", "exact",
+    "polynomial") and conditional_rescale are the library's tuning knobs, for ablations. float8_e4m3fn q, k, v
+    take q/k/v_descale and a bf16 or fp16 out."""
     if exp2 not in _EXP2_MODES:
         raise ValueError(f"exp2 must be one of {sorted(_EXP2_MODES)}, got {exp2!r}")
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     _checks.arrays(q=q, k=k, v=v, out=out, lse=lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _checks.dlpack(q=q, k=k, v=v, out=out, lse=lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     _checks.writable(out=out, lse=lse)
     stream = _stream_for(q, stream)
     q, k, v, out, lse, q_descale, k_descale, v_descale = _exported(q, k, v, out, lse, q_descale, k_descale,
@@ -305,7 +314,13 @@ def backward(
     """Low-level backward into preallocated dq, dk, dv (like q, k, v; dout like out), for any DLPack arrays
     (the outputs writable). `out` and `lse` are the forward's results for the same options."""
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
+    for name, x in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dq", dq),
+                    ("dk", dk), ("dv", dv)):
+        if x is None:
+            raise ValueError(f"{name} is required" + (" (the forward's log-sum-exp, float32 (batch, heads, "
+                                                      "seqlen_q))" if name == "lse" else ""))
     _checks.arrays(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dq=dq, dk=dk, dv=dv)
+    _checks.dlpack(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dq=dq, dk=dk, dv=dv)
     _checks.writable(dq=dq, dk=dk, dv=dv)
     stream = _stream_for(q, stream)
     _C.backward(*_exported(dout, q, k, v, out, lse, dq, dk, dv), scale, bool(causal), left, right, cap,
@@ -382,5 +397,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 "is_causal with seqlen_q < seqlen_k (top-left aligned) is not expressible in flash4's "
                 "bottom-right aligned masks; use flash_attn_func(causal=True) for bottom-right alignment"
             )
+    if scale is not None and scale == 0:
+        # SDPA's scale = 0 gives every visible key the same weight; flash4's softmax_scale 0 means the default,
+        # so the scores are zeroed through q instead (their gradient, dq, is then 0 as SDPA's).
+        q, scale = q * 0, 1.0
     out = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window)
     return out.transpose(1, 2)

@@ -5,7 +5,6 @@ the C++ library's do, and the library still validates everything else (shapes, d
 
 import math
 import operator
-import struct
 import sys
 
 INT32_MIN = -(2**31)
@@ -66,9 +65,12 @@ def real(name, value):
         x = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
-    if math.isfinite(x) and abs(x) > _FLOAT32_MAX:
+    # Comparisons only: under torch.compile a Python float option may be a symbolic float, which they turn
+    # into guards and math.isfinite or struct would break the graph on. NaN and the infinities are left to the
+    # library; a magnitude of at most 2^-150 is exactly what float32 rounds to 0 (to nearest, ties to even).
+    if x == x and abs(x) != math.inf and abs(x) > _FLOAT32_MAX:
         raise ValueError(f"{name} = {x!r} is beyond float32's range (the library computes in float32)")
-    if x != 0.0 and struct.unpack("f", struct.pack("f", x))[0] == 0.0:
+    if x != 0.0 and abs(x) <= 2.0**-150:
         raise ValueError(f"{name} = {x!r} rounds to 0 in float32, which the library reads as the default (or off)")
     return x
 
@@ -96,6 +98,16 @@ def arrays(**named):
             raise ValueError(
                 f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"
             )
+
+
+def dlpack(**named):
+    """Arrays the native layer takes (anything with __dlpack__: numpy, torch, other DLPack arrays): TypeError
+    naming the argument for anything else (a list, a float), where the binding would answer with its whole
+    signature. None entries are skipped."""
+    for name, x in named.items():
+        if x is not None and not hasattr(x, "__dlpack__"):
+            raise TypeError(f"{name} must be an array (torch tensor, numpy array or another DLPack array), got "
+                            f"{type(x).__name__}")
 
 
 def writable(**named):

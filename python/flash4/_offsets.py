@@ -24,10 +24,17 @@ def _host_int32(x):
 
 
 def _stand_in(rows, heads, head_dim):
-    """A float32 (rows, heads, head_dim) array of head_dim real elements (zero strides elsewhere): validation
-    reads shapes and strides, never the attention data."""
+    """A float32 (rows, heads, head_dim) input array of head_dim real elements (zero strides elsewhere):
+    validation reads shapes and strides, never the attention data."""
     return numpy.lib.stride_tricks.as_strided(numpy.zeros(max(head_dim, 1), numpy.float32), (rows, heads, head_dim),
                                               (0, 0, 4))
+
+
+def _output_stand_in(rows, heads, head_dim):
+    """The same for `out`, which validation requires to have no zero stride (a broadcast output): every stride
+    one element, rows + heads + head_dim real elements."""
+    return numpy.lib.stride_tricks.as_strided(numpy.zeros(max(rows + heads + head_dim, 1), numpy.float32),
+                                              (rows, heads, head_dim), (4, 4, 4))
 
 
 def check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
@@ -37,7 +44,7 @@ def check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     segment <= max_seqlen, seqused in [0, its segment]. Copies the offsets to the host (synchronizes)."""
     total_q, heads, dim = (int(n) for n in q.shape)
     total_k, heads_kv = int(k.shape[0]), int(k.shape[1])
-    q_, out = _stand_in(total_q, heads, dim), _stand_in(total_q, heads, dim)
+    q_, out = _stand_in(total_q, heads, dim), _output_stand_in(total_q, heads, dim)
     k_ = _stand_in(total_k, heads_kv, dim)
     _C.can_implement_forward(q_, k_, k_, out, None, 0.0, False, -1, -1, 0.0,
                              cu_seqlens_q=_host_int32(cu_seqlens_q), cu_seqlens_k=_host_int32(cu_seqlens_k),

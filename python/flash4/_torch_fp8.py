@@ -105,6 +105,9 @@ def attention(q, k, v, descales, softmax_scale, causal, window_left, window_righ
         if t.dtype != FP8:
             raise TypeError(f"{name}.dtype is {t.dtype} but q.dtype is {FP8}; FP8 attention takes q, k and v all "
                             "float8_e4m3fn")
+    # Descales in any strides (FlashAttention 3 takes them so: vLLM passes a scalar expanded to (batch, heads_kv));
+    # the library takes a unit stride in the last dimension, and they are tiny.
+    descales = tuple(None if t is None else t.contiguous() for t in descales)
     _check_forward_only(dict(q=q, k=k, v=v, **dict(zip(_DESCALES, descales)), learnable_sink=learnable_sink))
     seq = sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
                         learnable_sink)

@@ -129,3 +129,41 @@ def test_meta_device_named():
         flash4.flash_attn_func(q, k.to("meta"), v)
     with pytest.raises(ValueError, match=r"q is on the meta device"):
         flash4.can_implement(q.to("meta"), k, v)
+
+
+def test_arguments_that_are_not_arrays_are_named():
+    # Where the binding would answer with its whole signature, the message names the argument.
+    q, k, v = (x.reshape(8, 2, 32) for x in _qkv())
+    with pytest.raises(TypeError, match=r"cu_seqlens_q must be an array .*got list"):
+        flash4.flash_attn_varlen_func(q, k, v, [0, 4, 8], np.array([0, 4, 8], np.int32), 4, 4)
+    with pytest.raises(TypeError, match=r"v must be an array .*got list"):
+        cu = np.array([0, 4, 8], np.int32)
+        flash4.flash_attn_varlen_func(q, k, [1.0], cu, cu, 4, 4)
+    q4, k4, v4 = _qkv()
+    with pytest.raises(TypeError, match=r"learnable_sink must be an array .*got list"):
+        flash4.flash_attn_func(q4, k4, v4, learnable_sink=[0.0, 0.0])
+    out, lse = flash4.flash_attn_func(q4, k4, v4, return_lse=True)
+    grads = [np.empty_like(x) for x in (q4, k4, v4)]
+    with pytest.raises(ValueError, match=r"lse is required"):
+        flash4.backward(np.ones_like(out), q4, k4, v4, out, None, *grads)
+
+
+@pytest.mark.parametrize("given", ["cu_seqlens_q", "cu_seqlens_k"])
+def test_varlen_needs_both_offsets(given):
+    q, k, v = (x.reshape(8, 2, 32) for x in _qkv())
+    cu = np.array([0, 4, 8], np.int32)
+    offsets = {"cu_seqlens_q": None, "cu_seqlens_k": None, given: cu}
+    missing = "cu_seqlens_k" if given == "cu_seqlens_q" else "cu_seqlens_q"
+    with pytest.raises(ValueError, match=rf"{given} is set but {missing} is not; a packed batch needs both"):
+        flash4.flash_attn_varlen_func(q, k, v, offsets["cu_seqlens_q"], offsets["cu_seqlens_k"], 4, 4)
+
+
+def test_real_options_round_to_zero_exactly_where_float32_does():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"rounds to 0 in float32"):
+        flash4.flash_attn_func(q, k, v, softmax_scale=2.0**-150)
+    with pytest.raises(ValueError, match=r"beyond float32's range"):
+        flash4.flash_attn_func(q, k, v, softcap=1e39)
+    # The smallest float32 (2^-149) and a value just above half of it round to it, not to 0: accepted.
+    for scale in (2.0**-149, 2.0**-150 * (1 + 2.0**-30)):
+        flash4.flash_attn_func(q, k, v, softmax_scale=scale)

@@ -14,18 +14,11 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 import flash4  # noqa: E402
+from torch_devices import hopper_present, CUDA  # noqa: E402
 import flash4.distributed as f4d  # noqa: E402
 from attention_reference import allowed_keys, check_tolerance  # noqa: E402
 from flash4.distributed._ring_attention import ring_backward, ring_forward, shard_plans  # noqa: E402
 from flash4.distributed._ring_comm import make_ring  # noqa: E402
-
-
-def hopper_present():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
-
-
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU"),
-                    id="cuda")
 
 
 class ThreadRing:
@@ -201,7 +194,6 @@ def test_cuda_nccl_one_rank_equals_the_plain_call_and_costs_at_most_3_percent(nc
     ratio = min(ring_ms) / min(plain_ms)
     print(f"1-rank NCCL ring fwd+bwd {min(ring_ms):.3f} ms, plain {min(plain_ms):.3f} ms, ratio {ratio:.4f}")
     assert ratio <= 1.03, f"ring in a 1-rank group {min(ring_ms):.3f} ms vs plain {min(plain_ms):.3f} ms"
-
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")

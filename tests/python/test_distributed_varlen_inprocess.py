@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
 import flash4.distributed as f4d  # noqa: E402
+from torch_devices import CUDA  # noqa: E402
 from attention_reference import check_tolerance  # noqa: E402
 from flash4.distributed._varlen_layout import VarlenLayout  # noqa: E402
 from flash4.distributed._varlen_ring import (  # noqa: E402
@@ -21,14 +22,6 @@ from flash4.distributed._varlen_ring import (  # noqa: E402
     varlen_ring_plans,
 )
 from test_varlen import VarlenCase, numpy64  # noqa: E402
-
-
-def hopper_present():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
-
-
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU"),
-                    id="cuda")
 
 
 class ThreadRing:

@@ -13,14 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
+from torch_devices import hopper_present  # noqa: E402
 from attention_reference import allowed_keys, check_tolerance  # noqa: E402
 from torch_reference import attention, numpy64  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
-
-
-def hopper_present():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
 
 
 def quantized(gen, *shape):
@@ -340,6 +337,17 @@ def test_bad_fp8_arguments():
             args.update(change)
             with pytest.raises(kind, match=message):
                 flash4.flash_attn_func(**args)
+
+
+def test_descales_in_any_strides():
+    # A scale expanded to (batch, heads_kv) (stride 0, as vLLM passes them) or a transposed view equals the
+    # contiguous descale, as FlashAttention 3 takes any strides.
+    c = Fp8Case(**CASES["gqa3-odd"])  # batch 2, heads_kv 2
+    q, k, v = c.q, c.k, c.v
+    scale = torch.tensor([0.5])
+    expected = flash4.flash_attn_func(q, k, v, q_descale=torch.full((2, 2), 0.5), k_descale=c.descales[1])
+    out = flash4.flash_attn_func(q, k, v, q_descale=scale.expand(2, 2), k_descale=c.descales[1].t().contiguous().t())
+    assert torch.equal(out, expected)
 
 
 def test_bad_varlen_descale():

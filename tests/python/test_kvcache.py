@@ -275,6 +275,25 @@ def test_integer_arguments_are_named(options, error, pattern):
         flash4.flash_attn_with_kvcache(q, k_cache, v_cache, **{"cache_seqlens": 3, **options})
 
 
+def test_append_into_caches_that_share_elements_is_refused():
+    # New keys and values written over each other (one tensor for both caches, or views one row apart) would
+    # corrupt the cache: refused before anything is written; interleaved halves of one buffer are fine.
+    c = Case(2, 1, 2, 1, [5, 60], seqlen_new=1, page_size=0)
+    before = c.k_cache.clone()
+    with pytest.raises(ValueError, match="k_cache and v_cache share elements"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.k_cache, c.k, c.v, cache_seqlens=c.cache_seqlens)
+    buffer = torch.cat([c.k_cache, c.k_cache[:, :1]], dim=1)
+    with pytest.raises(ValueError, match="k_cache and v_cache share elements"):
+        flash4.flash_attn_with_kvcache(c.q, buffer[:, :-1], buffer[:, 1:], c.k, c.v, cache_seqlens=c.cache_seqlens)
+    assert torch.equal(c.k_cache, before)
+    pair = torch.stack([c.k_cache, c.v_cache], dim=3)  # (batch, rows, heads_kv, 2, d): K and V interleaved
+    expected = flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens)
+    out = flash4.flash_attn_with_kvcache(c.q, pair[:, :, :, 0], pair[:, :, :, 1], c.k, c.v,
+                                         cache_seqlens=c.cache_seqlens)
+    assert torch.equal(out, expected)
+    assert torch.equal(pair[:, :, :, 0], c.k_cache) and torch.equal(pair[:, :, :, 1], c.v_cache)
+
+
 def test_integer_cache_seqlens_equals_the_tensor():
     torch.manual_seed(0)
     q, k_cache, v_cache = torch.randn(2, 1, 2, 32), torch.randn(2, 8, 1, 32), torch.randn(2, 8, 1, 32)

@@ -8,17 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
+from torch_devices import DEVICES  # noqa: E402
 from flash4._torch_ops import _gpu_layout, _tma_addressable  # noqa: E402
-
-
-def hopper_present():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
-
-
-CUDA = pytest.param(
-    "cuda", marks=pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU"), id="cuda"
-)
-DEVICES = [pytest.param("cpu", id="cpu"), CUDA]
 
 
 def _offset_view(t, elements):
@@ -124,3 +115,17 @@ def test_broadcast_upstream_gradient():
     q = torch.randn(1, 16, 2, 64, dtype=torch.float32, requires_grad=True)
     flash4.flash_attn_func(q, q, q).sum().backward()
     assert torch.isfinite(q.grad).all()
+
+
+def test_broadcast_outputs_are_refused():
+    # An output whose elements share memory (expand) would have every batch entry write the same rows.
+    q = torch.randn(2, 9, 4, 16)
+    k = v = torch.randn(2, 11, 2, 16)
+    out = torch.empty(1, 9, 4, 16).expand(2, 9, 4, 16)
+    with pytest.raises(ValueError, match=r"out.stride\[0\] = 0 with out.shape\[0\] = 2"):
+        flash4.forward(q, k, v, out)
+    out, lse = flash4.flash_attn_func(q, k, v, return_lse=True)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    grads[1] = torch.empty(2, 1, 2, 16).expand(2, 11, 2, 16)
+    with pytest.raises(ValueError, match=r"dk.stride\[1\] = 0 with dk.shape\[1\] = 11"):
+        flash4.backward(torch.ones_like(out), q, k, v, out, lse, *grads)

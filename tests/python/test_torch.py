@@ -1,6 +1,5 @@
 """flash4 with torch tensors: forward and gradients vs PyTorch's SDPA math backend in float64 (CPU, and CUDA on
-a Hopper GPU), the custom ops under torch.compile and opcheck, the nn layer, and errors (layouts:
-test_layouts.py)."""
+a Hopper GPU), the nn layer, and errors (layouts: test_layouts.py; torch.compile and opcheck: test_compile.py)."""
 
 import numpy as np
 import pytest
@@ -10,20 +9,11 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flash4  # noqa: E402
+from torch_devices import hopper_present, CUDA, DEVICES  # noqa: E402
 from attention_reference import allowed_keys, check_tolerance  # noqa: E402
 from torch_reference import attention, numpy64, stored_output_delta  # noqa: E402
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def hopper_present():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] == 9
-
-
-CUDA = pytest.param(
-    "cuda", marks=pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU"), id="cuda"
-)
-DEVICES = [pytest.param("cpu", id="cpu"), CUDA]
 
 
 # ---- references ------------------------------------------------------------------------------------------
@@ -300,53 +290,6 @@ def test_inference_mode():
     assert out.shape == q.shape
 
 
-def test_opcheck():
-    torch.manual_seed(0)
-    q = torch.randn(1, 17, 4, 64, requires_grad=True)
-    k = torch.randn(1, 23, 2, 64, requires_grad=True)
-    v = torch.randn(1, 23, 2, 64, requires_grad=True)
-    torch.library.opcheck(torch.ops.flash4.fwd.default, (q, k, v, 0.0, True, -1, -1, 0.0, False))
-    out, lse = torch.ops.flash4.fwd(q.detach(), k.detach(), v.detach(), 0.0, True, -1, -1, 0.0, False)
-    dout = torch.randn_like(out)
-    torch.library.opcheck(torch.ops.flash4.bwd.default, (dout, q.detach(), k.detach(), v.detach(), out, lse, 0.0,
-                                                         True, -1, -1, 0.0, False))
-
-
-class TinyBlock(torch.nn.Module):
-    def __init__(self, dim=256, heads=4, heads_kv=2):  # head_dim 64: compiled for the GPU too
-        super().__init__()
-        from flash4.nn import Attention
-
-        self.norm = torch.nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads, heads_kv, causal=True)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
-
-    def forward(self, x):
-        x = x + self.attn(self.norm(x))
-        return x + self.mlp(x)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_compile_fullgraph(device):
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = TinyBlock().to(device=device, dtype=dtype)
-    x = torch.randn(2, 33, 256, device=device, dtype=dtype)
-    expected = model(x)
-    expected.float().square().mean().backward()
-    expected_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-
-    torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)  # fullgraph: any graph break is an error
-    out = compiled(x)
-    out.float().square().mean().backward()
-    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 5e-2, "atol": 5e-2}
-    torch.testing.assert_close(out, expected, **tol)
-    for p, g in zip(model.parameters(), expected_grads):
-        torch.testing.assert_close(p.grad, g, **tol)
-
-
 # ---- the nn layer and the SDPA stand-in ------------------------------------------------------------------
 
 
@@ -395,6 +338,23 @@ def test_sdpa_standin(seqlen_q, seqlen_k, is_causal):
     out = flash4.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
     assert out.shape == expected.shape
     torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_sdpa_standin_scale_zero_weighs_keys_equally():
+    # SDPA's scale = 0 means zero scores (uniform weights), not flash4's "default scale"; dq is then 0.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = F.scaled_dot_product_attention(q, k, v, scale=0.0)
+    expected.sum().backward()
+    expected_grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    out = flash4.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.0)
+    out.sum().backward()
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6)
+    for t, g in zip((q, k, v), expected_grads):
+        torch.testing.assert_close(t.grad, g, rtol=1e-5, atol=1e-6)
 
 
 def test_sdpa_standin_refuses_what_it_cannot_do():

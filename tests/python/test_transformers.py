@@ -131,6 +131,36 @@ def test_packed_training_step_matches_per_document(device):
         torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
 
 
+def test_value_head_dim_of_its_own_through_every_path():
+    # Multi-head latent attention (DeepSeek-V2/V3) hands v narrower than q and k; the padded, cu_seq_lens and
+    # packed paths return v's head dim as the dense one does, each row equal to the dense call of its sequence.
+    class Module:
+        is_causal = True
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 7, 24), torch.randn(2, 2, 7, 24)  # (batch, heads, seqlen, dim)
+    v = torch.randn(2, 2, 7, 16)
+
+    def dense(b, lo, hi):  # one sequence: rows lo .. hi - 1 of batch entry b, in transformers' layout
+        out, _ = f4hf.flash4_attention_forward(Module(), q[b:b + 1, :, lo:hi], k[b:b + 1, :, lo:hi],
+                                               v[b:b + 1, :, lo:hi], None)
+        return out[0]  # (seqlen, heads, 16)
+
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0  # left padding
+    out, _ = f4hf.flash4_attention_forward(Module(), q, k, v, mask)
+    assert out.shape == (2, 7, 2, 16)
+    torch.testing.assert_close(out[0], dense(0, 0, 7))
+    torch.testing.assert_close(out[1, 2:], dense(1, 2, 7))
+    assert torch.equal(out[1, :2], torch.zeros(2, 2, 16))
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out, _ = f4hf.flash4_attention_forward(Module(), q[:1], k[:1], v[:1], None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                                           max_length_q=4, max_length_k=4)
+    assert out.shape == (1, 7, 2, 16)
+    torch.testing.assert_close(out[0, :3], dense(0, 0, 3))
+    torch.testing.assert_close(out[0, 3:], dense(0, 3, 7))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gpt_oss_sinks_and_sliding_window_match_eager(device):
     """gpt-oss attention: learnable sinks (s_aux -> learnable_sink) and sliding-window layers; logits and every

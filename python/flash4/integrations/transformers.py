@@ -88,7 +88,7 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
         out = flash4.flash_attn_varlen_func(q.reshape(-1, heads, dim), k.reshape(-1, *k.shape[2:]),
                                             v.reshape(-1, *v.shape[2:]), cu_seq_lens_q, cu_seq_lens_k,
                                             int(max_length_q), int(max_length_k), **options)
-        return out.view(batch, seqlen_q, heads, dim), None
+        return out.view(batch, seqlen_q, heads, out.shape[-1]), None  # v's head dim (MLA: narrower than q's)
     packing = _packing_of(position_ids, batch) if attention_mask is None and seqlen_q == seqlen_k else None
     if packing is not None:
         cu, longest = packing
@@ -104,7 +104,7 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 
 def _unpadded(q, k, v, mask, options):
     """A padded batch (mask (batch, seqlen_k), 1 = token) run as a packed batch and padded back with zeros."""
-    batch, seqlen_q, heads, dim = q.shape
+    batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
     mask = mask[:, -seqlen_k:].bool()
     if seqlen_q != seqlen_k:
@@ -116,8 +116,9 @@ def _unpadded(q, k, v, mask, options):
     longest = int(lengths.max()) if batch else 0
     pack = lambda t: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
     out = flash4.flash_attn_varlen_func(pack(q), pack(k), pack(v), cu, cu, max(longest, 1), max(longest, 1), **options)
-    padded = out.new_zeros(batch * seqlen_q, heads, dim)
-    return padded.index_copy(0, index, out).view(batch, seqlen_q, heads, dim)
+    dim_v = out.shape[-1]  # v's head dim (MLA: narrower than q's)
+    padded = out.new_zeros(batch * seqlen_q, heads, dim_v)
+    return padded.index_copy(0, index, out).view(batch, seqlen_q, heads, dim_v)
 
 
 def register(name=NAME):

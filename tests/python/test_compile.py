@@ -1,0 +1,73 @@
+"""flash4's custom ops under torch.compile and opcheck: a transformer block compiled with fullgraph=True (no
+graph break) matches eager, forward and backward, and float options that Dynamo traces as symbolic floats
+(a second distinct value, dynamic=True) stay in the graph."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flash4  # noqa: E402
+from torch_devices import DEVICES  # noqa: E402
+
+
+def test_opcheck():
+    torch.manual_seed(0)
+    q = torch.randn(1, 17, 4, 64, requires_grad=True)
+    k = torch.randn(1, 23, 2, 64, requires_grad=True)
+    v = torch.randn(1, 23, 2, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.flash4.fwd.default, (q, k, v, 0.0, True, -1, -1, 0.0, False))
+    out, lse = torch.ops.flash4.fwd(q.detach(), k.detach(), v.detach(), 0.0, True, -1, -1, 0.0, False)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.flash4.bwd.default, (dout, q.detach(), k.detach(), v.detach(), out, lse, 0.0,
+                                                         True, -1, -1, 0.0, False))
+
+
+class TinyBlock(torch.nn.Module):
+    def __init__(self, dim=256, heads=4, heads_kv=2):  # head_dim 64: compiled for the GPU too
+        super().__init__()
+        from flash4.nn import Attention
+
+        self.norm = torch.nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, heads_kv, causal=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm(x))
+        return x + self.mlp(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = TinyBlock().to(device=device, dtype=dtype)
+    x = torch.randn(2, 33, 256, device=device, dtype=dtype)
+    expected = model(x)
+    expected.float().square().mean().backward()
+    expected_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)  # fullgraph: any graph break is an error
+    out = compiled(x)
+    out.float().square().mean().backward()
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 5e-2, "atol": 5e-2}
+    torch.testing.assert_close(out, expected, **tol)
+    for p, g in zip(model.parameters(), expected_grads):
+        torch.testing.assert_close(p.grad, g, **tol)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_traces_float_options_without_graph_breaks(dynamic):
+    # Dynamo turns a float argument that changes between calls (and every float with dynamic=True) into a
+    # symbolic float; the option checks must only compare it, never call math.isfinite or struct on it.
+    torch.manual_seed(0)
+    q = torch.randn(1, 5, 2, 16)
+
+    def attend(q, scale, cap):
+        return flash4.flash_attn_func(q, q, q, softmax_scale=scale, softcap=cap, causal=True)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(attend, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    for scale, cap in ((0.25, 0.0), (0.5, 0.0), (0.5, 30.0), (0.75, 20.0)):
+        torch.testing.assert_close(compiled(q, scale, cap), attend(q, scale, cap), rtol=1e-6, atol=1e-6)
