@@ -39,7 +39,8 @@ MemoryNeed estimate_memory(const RunOptions& o, bool on_cuda) {
   const double q = b * static_cast<double>(o.seqlen_q) * h * d;  // elements of q (and out, dout, dq)
   const double kv = b * static_cast<double>(o.seqlen_k) * static_cast<double>(o.heads_kv) * d;  // of k (v, dk, dv)
   const double rows = b * h * static_cast<double>(o.seqlen_q);  // lse elements
-  const double elements = o.backward ? 3 * q + 4 * kv : 2 * q + 2 * kv;  // 4-D tensors, lse aside
+  // 4-D tensors, lse aside: q, k, v, out; the backward's dout, dq, dk, dv too.
+  const double elements = o.backward ? 4 * q + 4 * kv : 2 * q + 2 * kv;
   // FP8 writes a bf16 out (one byte more per q element), and the GPU copies v transposed.
   const bool fp8 = o.dtype == flash4::DType::kFloat8E4M3;
   const double tensors = elements * flash4::dtype_size(o.dtype) + (fp8 ? q : 0.0) + rows * kFp32;
@@ -52,6 +53,8 @@ MemoryNeed estimate_memory(const RunOptions& o, bool on_cuda) {
     // sampled and reduced checks compute fewer).
     const double results = o.backward ? q + 2 * kv : q + rows;
     need.host_bytes += (elements + rows) * kFp64 + 2 * results * kFp64;
+    // The naive baseline's inputs rounded to the dtype, in fp64: q, k, v (and out, dout for the backward).
+    need.host_bytes += (o.backward ? 3 * q + 2 * kv : q + 2 * kv) * kFp64;
   }
   if (on_cuda) {
     need.device_bytes = tensors + (fp8 ? kv : 0.0);

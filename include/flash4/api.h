@@ -10,7 +10,9 @@
 // (head_dim, head_dim_v) = (192, 128) and (128, 64), and can_implement gives the reason for anything else.
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
-// the score s = q.k * softmax_scale by c * tanh(s / c). C callers: flash4/c_api.h.
+// the score s = q.k * softmax_scale by c * tanh(s / c). A sequence has at most 2^40 - 1 queries and as many
+// keys (the masks' offsets). Outputs must not be broadcast views (a zero stride in a dimension longer than 1).
+// C callers: flash4/c_api.h.
 //
 // Variable-length (packed) batches, set cu_seqlens_q and cu_seqlens_k (both or neither):
 //   q (total_q, heads, head_dim)   k (total_k, heads_kv, head_dim)   lse (heads, total_q) fp32
@@ -25,8 +27,9 @@
 //   every segment <= max_seqlen, seqused in [0, its segment]. CUDA-resident ones are not read on the host by
 //   validation (that would need a synchronisation): offsets are clamped to [0, total] and lengths to the maxima
 //   and to the tensor's end, so bad values give wrong results but never an out-of-bounds access. The GPU forward
-//   reads them on the device; the GPU backward of a packed or seqused batch runs one dense backward per sequence
-//   and so copies them to the host (a stream synchronisation; refused inside CUDA graph capture).
+//   and backward read them on the device (no synchronisation, CUDA-graph capturable); only a backward whose
+//   tensors TMA cannot describe runs one dense backward per sequence and so copies them to the host (a stream
+//   synchronisation; refused inside CUDA graph capture).
 //   The GPU forward reads whole 64..128-key tiles: keys of the tile past a sequence's used keys (past seqused_k,
 //   or rows after cu_seqlens_k[batch]) get probability 0 but are read, so they must hold finite values (a NaN or
 //   inf there would turn 0 * v into NaN); the rows of the next sequence always do. (Python's opt-in host

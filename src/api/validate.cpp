@@ -227,6 +227,11 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
     p.seqlen_k = k.shape[s];
     p.total_q = p.batch * p.seqlen_q;  // no overflow: q's extent was checked
     p.total_k = p.batch * p.seqlen_k;
+    for (const auto& [n, what] : {std::pair{p.seqlen_q, "q"}, std::pair{p.seqlen_k, "k"}}) {
+      FLASH4_REQUIRE(c, n <= kMaxSequenceLength,
+                     std::string(what) + ".shape[" + std::to_string(s) + "] (seqlen_" + what + ") = " +
+                         std::to_string(n) + " exceeds the 2^40 - 1 tokens a sequence may have");
+    }
   }
   const std::string heads_kv = "k.shape[" + std::to_string(hh) + "] (heads_kv)";
   FLASH4_REQUIRE(c, p.heads_kv >= 1, heads_kv + " = " + std::to_string(p.heads_kv) + " must be >= 1");
@@ -241,6 +246,13 @@ void check_qkv(const Checker& c, const TensorView& q, const TensorView& k, const
                      p.head_dim_v <= kMaxHeadDim,
                  "v.shape[" + std::to_string(hd) + "] (head_dim) = " + std::to_string(p.head_dim_v) +
                      " but v's head_dim must be a multiple of 8 in [8, 256]");
+}
+
+// An enum from the C API or a cast: only the two named scopes mean something.
+void check_scope(const Checker& c, Validation scope) {
+  const int value = static_cast<int>(scope);
+  FLASH4_REQUIRE(c, value == 0 || value == 1,
+                 "scope = " + std::to_string(value) + " must be 0 (Validation::kFull) or 1 (kWithoutBuffers)");
 }
 
 // Layout, sizes and scalars common to forward and backward.
@@ -259,6 +271,7 @@ Problem check_problem(const Checker& c, const Args& args) {
 
 Problem validate(const ForwardArgs& args, Validation scope) {
   const Checker c("flash4::forward", scope == Validation::kFull);
+  check_scope(c, scope);
   Problem p = check_problem(c, args);
   const char* const* dims = attention_dims(p.varlen());
   check_tensor(c, args.out, "out", args.q.rank, dims);
@@ -292,6 +305,7 @@ Problem validate(const ForwardArgs& args, Validation scope) {
 
 Problem validate(const BackwardArgs& args, Validation scope) {
   const Checker c("flash4::backward", scope == Validation::kFull);
+  check_scope(c, scope);
   FLASH4_REQUIRE(c, args.q.dtype != DType::kFloat8E4M3,
                  "q.dtype is float8_e4m3fn but the backward takes fp32, fp16 or bf16 (FP8 is forward only)");
   Problem p = check_problem(c, args);

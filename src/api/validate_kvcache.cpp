@@ -72,6 +72,9 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   Problem& s = p.attention;
   s.batch = a.q.shape[0];
   s.seqlen_q = a.q.shape[1];
+  FLASH4_REQUIRE(c, s.seqlen_q <= kMaxSequenceLength,
+                 "q.shape[1] (seqlen_q) = " + to_string(s.seqlen_q) +
+                     " exceeds the 2^40 - 1 tokens a sequence may have");
   s.heads = a.q.shape[2];
   s.head_dim = a.q.shape[3];
   s.heads_kv = a.k_cache.shape[2];
@@ -117,6 +120,9 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
                  "block_table.shape[1] (max_pages) = " + to_string(p.max_pages) + " pages of page_size " +
                      to_string(p.page_size) + " keys overflow int64 key positions");
   s.seqlen_k = p.capacity;
+  FLASH4_REQUIRE(c, p.capacity <= kMaxSequenceLength,
+                 std::string(p.paged ? "max_pages * page_size" : "k_cache.shape[1] (seqlen_cache)") + " = " +
+                     to_string(p.capacity) + " exceeds the 2^40 - 1 keys a sequence may have");
 
   FLASH4_REQUIRE(c, present(a.k) == present(a.v),
                  std::string(present(a.k) ? "k" : "v") + " is set but " + (present(a.k) ? "v" : "k") +

@@ -28,6 +28,9 @@ struct IndexRange {
 };
 using KeyRange = IndexRange;
 
+// The most tokens (queries or keys) one sequence may have: validation refuses longer ones, so that every offset
+// j - i the masks meet stays far inside kUnboundedOffset.
+inline constexpr int64_t kMaxSequenceLength = (int64_t{1} << 40) - 1;
 // Larger than any offset j - i between two indices below 2^40: an unbounded side of the band.
 inline constexpr int64_t kUnboundedOffset = int64_t{1} << 41;
 

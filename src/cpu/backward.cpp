@@ -189,9 +189,11 @@ void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
   const RowStats st = row_stats(args, p, want_dsink ? &dsink : nullptr);
   if (want_dsink)
     for (int64_t h = 0; h < p.heads; ++h) static_cast<float*>(args.dsink.data)[h] = static_cast<float>(dsink[h]);
-  // Rows no entry uses get zero gradients (the header's contract), written first since tasks skip them.
-  if (p.varlen() || p.seqused_q != nullptr) zero_uncovered(args.dq, covered_rows(p, false), row_grid(p, false));
-  if (p.varlen() || p.seqused_k != nullptr) {
+  // Rows no entry uses get zero gradients (the header's contract), written first since tasks skip them. A
+  // gradient without elements (no heads) has no rows to zero, however long its sequences: no row map is built.
+  if ((p.varlen() || p.seqused_q != nullptr) && args.dq.numel() > 0)
+    zero_uncovered(args.dq, covered_rows(p, false), row_grid(p, false));
+  if ((p.varlen() || p.seqused_k != nullptr) && args.dk.numel() + args.dv.numel() > 0) {
     const std::vector<char> covered = covered_rows(p, true);
     zero_uncovered(args.dk, covered, row_grid(p, true));
     zero_uncovered(args.dv, covered, row_grid(p, true));

@@ -189,20 +189,26 @@ void combine_rows(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int6
 
 void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
-  append_new_keys(a, p);
-  if (a.out.numel() == 0) return;
+  if (a.out.numel() == 0) return append_new_keys(a, p);
   const int64_t q_tiles = (s.seqlen_q + kBlockM - 1) / kBlockM;
-  int64_t max_keys = 0;
+  int64_t max_keys = 0;  // of the longest sequence, appended keys included (known before the append)
   for (int64_t b = 0; b < s.batch; ++b) max_keys = std::max(max_keys, p.seqlen_k(b));
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t splits =
+  // More splits than the longest sequence has key blocks would only be empty (split_keys deals out whole
+  // blocks): a larger num_splits runs as that many, with the same result.
+  const int64_t key_blocks = std::max<int64_t>(1, (max_keys + kBlockN - 1) / kBlockN);
+  const int64_t wanted =
       p.num_splits > 0 ? p.num_splits : choose_num_splits(threads, s.batch * s.heads * q_tiles, max_keys);
+  const int64_t splits = std::min(key_blocks, wanted);
 
+  // The partial results are allocated before the append writes the caches, so that running out of memory
+  // leaves them as they were.
   Partials parts;
   parts.rows_per_split = s.batch * s.heads * s.seqlen_q;
   parts.head_dim = s.head_dim;
   parts.o.resize(static_cast<size_t>(splits * parts.rows_per_split * s.head_dim));
   parts.lse.resize(static_cast<size_t>(splits * parts.rows_per_split));
+  append_new_keys(a, p);
   const int64_t tiles = s.batch * s.heads * q_tiles;
   parallel_for(tiles * splits, [&](int64_t task) {
     SplitTiles t(s.head_dim);

@@ -1,7 +1,9 @@
 // Legal arguments at the edges of their ranges, which validation accepts and the CPU path must handle without
 // undefined behaviour or work that grows with a bound rather than with the data: the rank of an absent optional
-// tensor, and a packed batch whose max_seqlen is far above its longest segment.
+// tensor, a packed batch whose max_seqlen is far above its longest segment, a query without heads whose
+// sequences are long, and a KV-cache call that asks for far more splits than its keys have blocks.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdint>
@@ -11,6 +13,7 @@
 
 #include "common/varlen_case.h"
 #include "flash4/api.h"
+#include "flash4/kvcache.h"
 
 namespace flash4::test {
 namespace {
@@ -46,6 +49,59 @@ TEST(ExtremeArguments, BackwardIgnoresAnAbsentDsinkOfAnyRank) {
     EXPECT_NO_THROW(backward(a)) << "dsink.rank = " << rank;
   }
   for (uint16_t x : storage) EXPECT_EQ(x, 0);
+}
+
+// Peak resident memory of this process so far, in KiB (ctest runs each test in a process of its own).
+int64_t peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// The backward of a q without heads (so without elements) whose sequences are long, with seqused_q: dq has no
+// rows to zero, so no map of its rows is built (it took seqlen_q bytes: 1 GB at 2^30, bad_alloc at 2^40).
+TEST(ExtremeArguments, BackwardOfAnEmptyQueryBuildsNoRowMap) {
+  std::vector<uint16_t> empty(8), k(5 * 8, 0x3f80), dkv(2 * 5 * 8, 0xffff);
+  std::vector<float> lse(1);
+  std::vector<int32_t> seqused = {1};
+  const int64_t seqlen_q = int64_t{1} << 27;  // a 128 MiB row map if it were built
+  BackwardArgs a;
+  a.q = a.out = a.dout = make_view(empty.data(), DType::kBFloat16, Device::cpu(), 1, seqlen_q, 0, 8);
+  a.dq = make_view(empty.data() + 4, DType::kBFloat16, Device::cpu(), 1, seqlen_q, 0, 8);
+  a.k = a.v = make_view(k.data(), DType::kBFloat16, Device::cpu(), 1, 5, 1, 8);
+  a.dk = make_view(dkv.data(), DType::kBFloat16, Device::cpu(), 1, 5, 1, 8);
+  a.dv = make_view(dkv.data() + 40, DType::kBFloat16, Device::cpu(), 1, 5, 1, 8);
+  a.lse = make_view(lse.data(), DType::kFloat32, Device::cpu(), 1, 0, seqlen_q);
+  a.seqused_q = make_view(seqused.data(), DType::kInt32, Device::cpu(), 1);
+  const int64_t before = peak_rss_kib();
+  backward(a);
+  EXPECT_LT(peak_rss_kib() - before, 32 * 1024) << "KiB of peak memory grew";
+  for (uint16_t x : dkv) EXPECT_EQ(x, 0) << "no query sees a key: dK = dV = 0";
+}
+
+// num_splits far above the key blocks of the longest sequence (128 against 2 blocks of 100 cached keys, 512
+// queries): the splits beyond the blocks would be empty, so the call runs with as many as there are blocks,
+// gives the bits of num_splits = 2, and allocates no partials for the empty ones (134 MB here before).
+TEST(ExtremeArguments, KvCacheSplitsBeyondTheKeyBlocksCostNothing) {
+  const int64_t seqlen_q = 512, heads = 8, d = 64, rows = 256;
+  std::vector<float> q(static_cast<size_t>(seqlen_q * heads * d)), cache(static_cast<size_t>(2 * rows * heads * d));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 17) / 17.0f - 0.5f;
+  for (size_t i = 0; i < cache.size(); ++i) cache[i] = static_cast<float>((i * 104729) % 23) / 23.0f - 0.5f;
+  std::vector<float> out_two(q.size()), out_many(q.size());
+  KvCacheArgs a;
+  a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 1, seqlen_q, heads, d);
+  a.k_cache = make_view(cache.data(), DType::kFloat32, Device::cpu(), 1, rows, heads, d);
+  a.v_cache = make_view(cache.data() + rows * heads * d, DType::kFloat32, Device::cpu(), 1, rows, heads, d);
+  a.cache_seqlen = 100;
+  a.num_splits = 2;
+  a.out = make_view(out_two.data(), DType::kFloat32, Device::cpu(), 1, seqlen_q, heads, d);
+  forward_kvcache(a);
+  a.num_splits = 128;
+  a.out = make_view(out_many.data(), DType::kFloat32, Device::cpu(), 1, seqlen_q, heads, d);
+  const int64_t before = peak_rss_kib();
+  forward_kvcache(a);
+  EXPECT_LT(peak_rss_kib() - before, 64 * 1024) << "KiB of peak memory grew";
+  EXPECT_EQ(std::memcmp(out_two.data(), out_many.data(), out_two.size() * sizeof(float)), 0);
 }
 
 // max_seqlen_q / k only have to bound the segments: at 2^31 - 1 for segments of a few tokens the CPU path gives

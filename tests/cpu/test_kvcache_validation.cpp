@@ -126,13 +126,14 @@ TEST(KvCacheValidation, HugePageTableOfAnEmptyBatch) {
   }
 }
 
-// Pages of a size that is not a power of two, max_pages * page_size just below int64's limit: the pages a
-// sequence uses are counted without adding page_size - 1 (which overflowed), and its first page is checked.
-TEST(KvCacheValidation, PageCountNearInt64Limit) {
+// Pages of a size that is not a power of two, max_pages * page_size just below the 2^40 keys a sequence may
+// have: the pages a sequence uses are counted without adding page_size - 1, and its first page is checked. A
+// capacity beyond that limit (3 * 2^58 keys a page, within int64) is refused naming it.
+TEST(KvCacheValidation, PageCountNearTheSequenceLimit) {
   std::vector<uint16_t> q(8), out(8), cache(2 * 8);
   std::vector<int32_t> table(10, 0);
   table[0] = -1;
-  const int64_t page_size = int64_t{3} << 58;  // 10 pages hold 30 * 2^58 keys, within int64
+  const int64_t page_size = int64_t{3} << 35;  // 10 pages hold 30 * 2^35 keys, below 2^40
   KvCacheArgs a;
   a.q = make_view(q.data(), DType::kBFloat16, Device::cpu(), 1, 1, 1, 8);
   a.out = make_view(out.data(), DType::kBFloat16, Device::cpu(), 1, 1, 1, 8);
@@ -149,6 +150,15 @@ TEST(KvCacheValidation, PageCountNearInt64Limit) {
     EXPECT_EQ(e.status(), Status::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("block_table[0][0] = -1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("uses its first 10 pages"), std::string::npos) << e.what();
+  }
+  a.k_cache.shape[1] = a.v_cache.shape[1] = int64_t{3} << 58;
+  try {
+    (void)can_implement(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_pages * page_size = 8646911284551352320 exceeds the 2^40 - 1 keys"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -310,11 +320,11 @@ TEST(KvCacheValidation, Rotary) {
 }
 
 // A q without heads spans no memory whatever its length: the rotary position cache_length + seqlen_q - 1 of a
-// windowed call must not overflow, and is refused naming the table.
+// windowed call at the longest sequence allowed is refused naming the table; a longer q names the limit.
 TEST(KvCacheValidation, RotaryPositionOfAHugeEmptyQuery) {
   std::vector<float> cache(2 * 8 * 8), new_kv(2 * 8), table(2 * 16 * 2);
   KvCacheArgs a;
-  a.q = make_view(nullptr, DType::kFloat32, Device::cpu(), 1, std::numeric_limits<int64_t>::max(), 0, 8);
+  a.q = make_view(nullptr, DType::kFloat32, Device::cpu(), 1, (int64_t{1} << 40) - 1, 0, 8);
   a.out = a.q;
   a.k_cache = make_view(cache.data(), DType::kFloat32, Device::cpu(), 1, 8, 1, 8);
   a.v_cache = make_view(cache.data() + 64, DType::kFloat32, Device::cpu(), 1, 8, 1, 8);
@@ -332,8 +342,16 @@ TEST(KvCacheValidation, RotaryPositionOfAHugeEmptyQuery) {
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::kInvalidArgument);
       EXPECT_NE(std::string(e.what()).find("rotary_cos.shape[0] (seqlen_ro) = 16"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("(beyond int64)"), std::string::npos) << e.what();
     }
+  }
+  a.q.shape[1] = a.out.shape[1] = std::numeric_limits<int64_t>::max();
+  try {
+    forward_kvcache(a);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q.shape[1] (seqlen_q) = 9223372036854775807 exceeds the 2^40 - 1"),
+              std::string::npos)
+        << e.what();
   }
   for (float x : cache) EXPECT_EQ(x, 0.0f);  // the append did not run
 }

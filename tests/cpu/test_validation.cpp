@@ -188,6 +188,29 @@ TEST(ValidateForward, RejectsBroadcastOutputs) {
   EXPECT_NO_THROW(forward(c3.args));
 }
 
+// Masks take an unbounded window side as an offset of 2^41, so a sequence may have at most 2^40 - 1 tokens; a
+// longer one (a broadcast k of 2^41 rows spans no memory) is refused naming the limit, not masked wrongly.
+TEST(ValidateForward, RejectsSequencesBeyondTheMaskRange) {
+  ForwardCase c;
+  c.args.k.shape[1] = c.args.v.shape[1] = int64_t{1} << 41;
+  c.args.k.stride[0] = c.args.k.stride[1] = c.args.v.stride[0] = c.args.v.stride[1] = 0;
+  expect_invalid(c, {"k.shape[1] (seqlen_k) = 2199023255552 exceeds the 2^40 - 1 tokens a sequence may have"});
+}
+
+// Validation scopes come from the C API or casts too: only kFull and kWithoutBuffers are accepted.
+TEST(ValidateForward, RejectsAnUnknownValidationScope) {
+  ForwardCase c;
+  for (int scope : {2, -1}) {
+    try {
+      (void)can_implement(c.args, static_cast<Validation>(scope));
+      ADD_FAILURE() << "scope " << scope << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("scope = " + std::to_string(scope) + " must be 0"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ValidateForward, RejectsOverflowingSizes) {
   ForwardCase c;
   for (TensorView* t : {&c.args.q, &c.args.out}) {
