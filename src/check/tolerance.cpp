@@ -10,14 +10,15 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// atol as a fraction of max |ref|: one ulp at 0.3 for fp16 / bf16, far below the baseline's own rounding; fp32
-// 2^-16 leaves room for fp32 sums over thousands of terms, which the baseline's exact sums do not show. Chosen
-// over "ulp(0.3) + 1e-4 max|ref|" because it is stricter for |ref| <= 1 yet what the GPU and Python tests pass
-// with; the 1e-4 is the polynomial exp2's room, exp2_poly_*_allowance, added only where that exp2 runs.
+// atol as a fraction of max |ref|: for fp16 / bf16 the dtype's unit roundoff (half an ulp at 1), the rounding
+// every implementation gives its output; the baseline's rounding is a random draw that over few output elements
+// can fall well below it (docs/numerics.md: FA4's conditional rescaling rounds P against a stale row maximum).
+// fp32 2^-16 leaves room for fp32 sums over thousands of terms, which the baseline's exact sums do not show. The
+// polynomial exp2's room, exp2_poly_*_allowance, is added only where that exp2 runs.
 double atol_fraction(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return 0x1p-12;
-    case DType::kBFloat16: return 0x1p-9;
+    case DType::kFloat16: return 0x1p-11;
+    case DType::kBFloat16: return 0x1p-8;
     case DType::kFloat8E4M3: return 0x1p-5;  // never an output dtype (FP8 forwards write bf16 / fp16)
     case DType::kFloat32:
     case DType::kInt32: break;  // index tensors are never judged; treat like fp32

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-# atol as a fraction of max|ref|: fp32 leaves room for fp32 sums over thousands of terms; fp16/bf16 a quarter
-# ulp of the largest value, far below the baseline's own rounding.
-ATOL_RELATIVE = {"float32": 2.0**-16, "float16": 2.0**-12, "bfloat16": 2.0**-9}
+# atol as a fraction of max|ref| (src/check/tolerance.cpp): fp32 leaves room for fp32 sums over thousands of terms;
+# fp16/bf16 the dtype's unit roundoff, the rounding every implementation gives its output.
+ATOL_RELATIVE = {"float32": 2.0**-16, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Unit roundoff of each dtype (as src/check/naive_attention.cpp), for bounds of one rounding step.
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Relative error of the library's polynomial exp2; an implementation using it may move outputs by about twice
