@@ -1,7 +1,8 @@
 // What the Hopper kernels do not take is refused by can_implement with the reason, and forward / backward then
-// throw kNotSupported and write nothing: split head dims other than (192, 128) and (128, 64), and FP8
-// (float8_e4m3fn) inputs at head dims without an FP8 kernel. The CPU runs all of them (tests/cpu/test_head_dims.cpp,
-// test_fp8.cpp); test_padded_head_dims.cu and test_any_head_dims.cu run the padded head dims on the GPU.
+// throw kNotSupported and write nothing: split head dims other than (192, 128) and (128, 64), FP8
+// (float8_e4m3fn) inputs at head dims without an FP8 kernel, and sizes past the forward kernels' 32-bit counts.
+// The CPU runs all of them (tests/cpu/test_head_dims.cpp, test_fp8.cpp); test_padded_head_dims.cu and
+// test_any_head_dims.cu run the padded head dims on the GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -98,6 +99,37 @@ TEST(GpuRefusals, Fp8Forward) {
   f.out = call.tensor(DType::kBFloat16, 64, true);
   ASSERT_NE(f.out.data, nullptr);
   expect_refused(f, "head_dim 128 or 256");
+}
+
+// The forward kernels count query rows and tiles in 32-bit ints: problems past that are refused by name, also
+// where they need no memory (a packed batch's tiles come from max_seqlen_q, a broadcast k has no extent).
+TEST(GpuRefusals, ForwardSizesBeyondTheKernelsInt32Counts) {
+  if (!hopper()) GTEST_SKIP() << "needs a Hopper (sm_90) GPU and the CUDA build";
+  const Device gpu = Device::cuda(0);
+  const auto refused = [](const ForwardArgs& a, const std::string& reason) {
+    const Support s = can_implement(a, Validation::kWithoutBuffers);
+    EXPECT_FALSE(s.ok);
+    EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
+  };
+  ForwardArgs packed;  // 128 tokens, max_seqlen_q 2^31 - 1: 2^24 tiles of 128 rows x 128 heads
+  packed.q = packed.out = make_view(nullptr, DType::kBFloat16, gpu, 128, 128, 128);
+  packed.k = packed.v = make_view(nullptr, DType::kBFloat16, gpu, 128, 128, 128);
+  packed.cu_seqlens_q = packed.cu_seqlens_k = make_view(nullptr, DType::kInt32, gpu, 2);
+  packed.max_seqlen_q = packed.max_seqlen_k = (int64_t{1} << 31) - 1;
+  refused(packed, "query tiles");
+  packed.max_seqlen_q = packed.max_seqlen_k = 128;
+  EXPECT_TRUE(can_implement(packed, Validation::kWithoutBuffers).ok);
+
+  ForwardArgs dense;  // seqlen_q 2^31 - 100: the last 192- or 128-row tile's rows pass 2^31
+  dense.q = dense.out = make_view(nullptr, DType::kBFloat16, gpu, 1, (int64_t{1} << 31) - 100, 1, 64);
+  dense.k = dense.v = make_view(nullptr, DType::kBFloat16, gpu, 1, 128, 1, 64);
+  refused(dense, "seqlen_q < 2^31 - ");
+
+  ForwardArgs window;  // a left window over 2^31 - 1000 keys: row + band_hi passes 2^31
+  window.q = window.out = make_view(nullptr, DType::kBFloat16, gpu, 1, 4096, 1, 64);
+  window.k = window.v = make_view(nullptr, DType::kBFloat16, gpu, 1, (int64_t{1} << 31) - 1000, 1, 64);
+  window.window_left = 1024;
+  refused(window, "seqlen_q + seqlen_k < 2^31");
 }
 
 }  // namespace

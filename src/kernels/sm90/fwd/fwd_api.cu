@@ -146,6 +146,21 @@ Support cuda_can_forward(const ForwardArgs& args, const Problem& p) {
   if (p.seqlen_q > kMax || p.seqlen_k > kMax || p.total_q > kMax || p.total_k > kMax || p.heads > 65535 ||
       p.batch > 65535)
     return {false, "the GPU forward supports seqlen and total tokens < 2^31 and batch, heads <= 65535"};
+  return fwd_int32_limits(p, choose_fwd_launch(p).tile.block_m);
+}
+
+Support fwd_int32_limits(const Problem& p, int64_t block_m) {
+  // The kernels count rows and tiles in int (a packed batch's tiles come from max_seqlen_q, however short its
+  // sequences): a tile's last row, a masked row's last key (row + band_hi, band_hi up to seqlen_k) and the tile
+  // ids a CTA claims (up to twice the tile count on a one-CTA-per-tile grid) must stay below 2^31.
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  const int64_t tiles = p.batch * p.heads * ((p.seqlen_q + block_m - 1) / block_m);
+  if (p.seqlen_q > kMax - block_m || 2 * tiles + 1024 > kMax)
+    return {false, "the GPU forward supports batch * heads * ceil(seqlen_q / " + std::to_string(block_m) +
+                       ") < 2^30 query tiles and seqlen_q < 2^31 - " + std::to_string(block_m) +
+                       " (for a packed batch, seqlen_q is max_seqlen_q: give the longest segment's length)"};
+  if (p.has_mask() && p.seqlen_q + p.seqlen_k > kMax)
+    return {false, "the GPU forward supports causal and windowed attention with seqlen_q + seqlen_k < 2^31"};
   return {true, ""};
 }
 
@@ -165,9 +180,12 @@ sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const
   const auto& k = args.k;
   const auto& v = args.v;
   const BshdView qv = bshd(q), kv = bshd(k), vv = bshd(v);
-  params.tma_q = make_tensor_map_bshd(q.data, qv.batch, qv.seqlen, p.heads, p.head_dim, qv.stride_b, qv.stride_s, qv.stride_h, block_m);
-  params.tma_k = make_tensor_map_bshd(k.data, kv.batch, kv.seqlen, p.heads_kv, p.head_dim, kv.stride_b, kv.stride_s, kv.stride_h, block_n);
-  params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim_v, vv.stride_b, vv.stride_s, vv.stride_h, block_n);
+  params.tma_q = make_tensor_map_bshd(q.data, qv.batch, qv.seqlen, p.heads, p.head_dim, qv.stride_b, qv.stride_s,
+                                      qv.stride_h, block_m);
+  params.tma_k = make_tensor_map_bshd(k.data, kv.batch, kv.seqlen, p.heads_kv, p.head_dim, kv.stride_b, kv.stride_s,
+                                      kv.stride_h, block_n);
+  params.tma_v = make_tensor_map_bshd(v.data, vv.batch, vv.seqlen, p.heads_kv, p.head_dim_v, vv.stride_b,
+                                      vv.stride_s, vv.stride_h, block_n);
   return params;
 }
 

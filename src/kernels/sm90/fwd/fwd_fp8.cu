@@ -104,7 +104,7 @@ Support cuda_can_forward_fp8(const ForwardArgs& args, const Problem& p) {
   constexpr int64_t kMax = (int64_t{1} << 31) - 1 - kKeyTile;  // TMA coordinates are 32-bit
   if (p.seqlen_q > kMax || p.seqlen_k > kMax || p.heads > 65535 || p.batch * p.heads_kv > 65535 || p.batch > 65535)
     return {false, "the FP8 GPU forward supports seqlen < 2^31 - 128, batch, heads and batch * heads_kv <= 65535"};
-  return {true, ""};
+  return fwd_int32_limits(p, sm90::fwd_fp8_tile_config(static_cast<int>(p.head_dim)).block_m);
 }
 
 void cuda_forward_fp8(const ForwardArgs& args, const Problem& p, cudaStream_t stream) {

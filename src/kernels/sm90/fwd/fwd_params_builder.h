@@ -10,6 +10,8 @@ namespace flash4::detail {
 
 // The launch configuration of a problem: chosen here once, then given to make_fwd_params and the launcher.
 sm90::FwdLaunchConfig choose_fwd_launch(const Problem& p);
+// The sizes the forward kernels count in 32-bit ints, for tiles of block_m query rows: ok, or the reason.
+Support fwd_int32_limits(const Problem& p, int64_t block_m);
 // Parameters for tiles of tile.block_m query rows and tile.block_n keys (the TMA boxes and the number of m-blocks
 // depend on them).
 sm90::FwdParams make_fwd_params(const ForwardArgs& args, const Problem& p, const sm90::FwdTileConfig& tile);
