@@ -268,7 +268,11 @@ bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   if (s.split_head_dims() || sm90::kernel_head_dim(s.head_dim, s.head_dim_v) != s.head_dim) return false;
   if (p.capacity <= 0 || p.capacity >= (int64_t{1} << 31) || s.batch > 65535 || s.heads > 65535) return false;
   if (!compiled_fwd_for(a.q.dtype, static_cast<int>(s.head_dim), s.has_mask())) return false;
-  if (cache_rows_per_load(p, choose_fwd_launch(s).tile.block_n) == 0) return false;
+  const sm90::FwdTileConfig tile = choose_fwd_launch(s).tile;
+  if (cache_rows_per_load(p, tile.block_n) == 0) return false;
+  Problem over_cache = s;  // the dense kernel's view: every sequence as long as the cache's capacity
+  over_cache.seqlen_k = p.capacity;
+  if (!fwd_int32_limits(over_cache, tile.block_m).ok) return false;  // the decode kernel takes it
   return tma_rows(a.q) && tma_rows(a.k_cache) && tma_rows(a.v_cache) && tma_rows(a.out);
 }
 
