@@ -8,7 +8,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from ._native import _C
-from ._torch_ops import _last_dim_contiguous, _stream
+from ._torch_ops import _gpu_layout, _last_dim_contiguous, _stream
 
 Tensor = torch.Tensor
 
@@ -22,10 +22,11 @@ def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens
                 rotary_interleaved, num_splits):
     """The call itself: out, lse. Eager callers use it directly (the custom op's dispatch costs host time on
     every decode step) and bump the caches' versions when they append, as the op's mutates_args would."""
-    # Inputs need a unit stride in the last dimension only; the caches are written in place, so they are not
-    # copied (the library refuses them if that stride is not 1).
-    q, k, v, rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t)
-                                       for t in (q, k, v, rotary_cos, rotary_sin))
+    # Inputs need a unit stride in the last dimension, and on the GPU 16-byte aligned rows (copied where they
+    # lack them, _gpu_layout); the caches are written in place, so they are not copied (the library refuses them
+    # if their layout does not fit).
+    q, k, v = (None if t is None else _gpu_layout(t) for t in (q, k, v))
+    rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t) for t in (rotary_cos, rotary_sin))
     cache_seqlens, cache_batch_idx, block_table, learnable_sink = (
         None if t is None else t.contiguous() for t in (cache_seqlens, cache_batch_idx, block_table, learnable_sink))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
