@@ -6,8 +6,9 @@
 // heads % heads_kv == 0 (GQA / MQA). head_dim and head_dim_v are multiples of 8 in [8, 256]; head_dim_v (v's
 // and out's last dimension, also dout's and dv's in the backward) may differ from head_dim (q's and k's), as in
 // DeepSeek's multi-head latent attention (192, 128); the default softmax_scale is 1/sqrt(head_dim). The CPU runs
-// every such pair; the Hopper kernels take head_dim == head_dim_v in {64, 96, 128, 192, 256} and the splits
-// (head_dim, head_dim_v) = (192, 128) and (128, 64), and can_implement gives the reason for anything else.
+// every such pair; the Hopper kernels take every head_dim == head_dim_v (kernels of width 64, 96, 128, 192 and
+// 256, the others zero-padded on the next wider one) and the splits (head_dim, head_dim_v) = (192, 128) and
+// (128, 64), and can_implement gives the reason for anything else.
 // Causal masking is aligned bottom-right: query i sees key j iff j <= i + seqlen_k - seqlen_q. A window
 // (left, right), -1 = unbounded, allows i + sk - sq - left <= j <= i + sk - sq + right. Softcap c > 0 replaces
 // the score s = q.k * softmax_scale by c * tanh(s / c). A sequence has at most 2^40 - 1 queries and as many
@@ -30,11 +31,12 @@
 //   and backward read them on the device (no synchronisation, CUDA-graph capturable); only a backward whose
 //   tensors TMA cannot describe runs one dense backward per sequence and so copies them to the host (a stream
 //   synchronisation; refused inside CUDA graph capture).
-//   The GPU forward reads whole 64..128-key tiles: keys of the tile past a sequence's used keys (past seqused_k,
-//   or rows after cu_seqlens_k[batch]) get probability 0 but are read, so they must hold finite values (a NaN or
-//   inf there would turn 0 * v into NaN); the rows of the next sequence always do. (Python's opt-in host
-//   check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies them to the host and applies the CPU
-//   checks.)
+//   The GPU kernels read whole 64..128-key tiles, so keys of a tile past a sequence's used keys (past seqused_k,
+//   or rows after cu_seqlens_k[batch]) are read: the forward zeroes those V rows and hides their scores, so any
+//   values there are harmless to it; the backward gives them dS = 0 but forms dQ = dS K with their K rows, so
+//   those must hold finite values (a NaN or inf there would turn 0 * k into NaN); the rows of the next sequence
+//   always do. (Python's opt-in host check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the
+//   offsets to the host and applies the CPU checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
 // scaled nor softcapped) that carries no value to every row's softmax denominator, dense or packed. LSE
 // includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,

@@ -46,7 +46,7 @@ typedef struct flash4_tensor {
   int32_t dtype;        /* flash4_dtype */
   int32_t device_kind;  /* flash4_device_kind */
   int32_t device_index; /* CUDA ordinal; ignored for the CPU */
-  int32_t rank;         /* 4 for attention tensors, 3 for lse (packed: 3 and 2), 1 for index / per-head tensors */
+  int32_t rank;         /* 4 attention tensors, 3 lse (packed: 3 and 2), 2 FP8 descales, 1 index / per-head */
   int64_t shape[4];
   int64_t stride[4]; /* in elements; the last dimension must be contiguous */
 } flash4_tensor;

@@ -61,7 +61,8 @@ struct KvCacheArgs {
 };
 
 // Validates the arguments (throws Error(kInvalidArgument) on bad input, naming the argument) and reports whether
-// the tensors' device can run them (the GPU path cannot yet: ok = false with the reason).
+// the tensors' device can run them (the GPU: bf16 / fp16, head_dim a multiple of 8 up to 256, 16-byte aligned q,
+// caches and out; ok = false with the reason otherwise).
 Support can_implement(const KvCacheArgs& args);
 
 // Appends k, v (when given) and runs attention. Throws flash4::Error; on any error nothing is written (neither

@@ -32,7 +32,8 @@ std::string device_name(Device d);  // "cpu", "cuda:0"
 
 // A non-owning view of a 4-D attention tensor (batch, seqlen, heads, head_dim) or, with rank 3, of the
 // LSE tensor (batch, heads, seqlen). Variable-length calls use rank 3 for packed attention tensors
-// (total, heads, head_dim), rank 2 for their LSE (heads, total_q) and rank 1 for index and per-head tensors.
+// (total, heads, head_dim), rank 2 for their LSE (heads, total_q); rank 2 also for the FP8 descales
+// (batch, heads_kv), rank 1 for index and per-head tensors.
 // Strides are in elements; the last dimension must be contiguous.
 struct TensorView {
   void* data = nullptr;

@@ -2,7 +2,7 @@
 with fake (meta) implementations, so that
 torch.compile traces them without graph breaks, and autograd wired from fwd to bwd; in eager mode the same
 kernels through a plain autograd.Function (_EagerAttention), whose host path is shorter. Imported (and the ops
-registered) the first time flash4 sees a torch tensor."""
+registered) by `import flash4` wherever torch is installed."""
 
 from typing import Optional
 

@@ -32,8 +32,8 @@ inline constexpr int64_t kBwdKernelHeadDims[] = {64, 96, 128, 192, 256};
 inline constexpr const char* kGpuHeadDimsText = "multiples of 8 from 8 to 256";
 
 // (q/k head dim, v/out head dim) pairs the GPU takes where the two differ: DeepSeek's MLA (192, 128), which the
-// forward runs on a kernel of its own (fwd_has_split_kernel) and the backward on the 192 kernel with v's panels
-// zero-padded, and (128, 64), on the 128 kernels with v's panels zero-padded.
+// forward and the backward run on kernels of their own (fwd_has_split_kernel, bwd_has_split_kernel), and
+// (128, 64), on the 128 kernels with v's panels zero-padded.
 struct SplitHeadDims {
   int64_t head_dim, head_dim_v;
 };
@@ -62,7 +62,7 @@ constexpr int narrowest_width(const int64_t (&widths)[N], int64_t d, int64_t dv)
 constexpr int kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kKernelHeadDims, d, dv); }
 
 // The compiled width that runs head dims (d, dv) in the backward: 72 .. 96 on the wgmma kernel of width 96, 192
-// and (192, 128) on the role-split kernel of width 192, unpadded or with v's panels padded.
+// and (192, 128) on role-split kernels of width 192 ((192, 128) on its own, bwd_has_split_kernel).
 constexpr int bwd_kernel_head_dim(int64_t d, int64_t dv) { return narrowest_width(kBwdKernelHeadDims, d, dv); }
 
 // The same for the forward, which has 96 and 192 kernels: 72 .. 96, 192 and (192, 128) run unpadded or on fewer
