@@ -33,9 +33,9 @@
 //   synchronisation; refused inside CUDA graph capture).
 //   The GPU kernels read whole 64..128-key tiles, so keys of a tile past a sequence's used keys (past seqused_k,
 //   or rows after cu_seqlens_k[batch]) are read: the forward zeroes those V rows and hides their scores, so any
-//   values there are harmless to it; the backward gives them dS = 0 but forms dQ = dS K with their K rows, so
-//   those must hold finite values (a NaN or inf there would turn 0 * k into NaN); the rows of the next sequence
-//   always do. (Python's opt-in host check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the
+//   values there are harmless to it; the backward masks their P to 0 but forms dS = P (dP - D) with their V rows
+//   and dQ = dS K with their K rows, so those must hold finite values (a NaN or inf there would turn a product
+//   with 0 into NaN); the rows of the next sequence always do. (Python's opt-in host check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the
 //   offsets to the host and applies the CPU checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
 // scaled nor softcapped) that carries no value to every row's softmax denominator, dense or packed. LSE
