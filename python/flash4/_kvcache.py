@@ -45,9 +45,10 @@ def flash_attn_with_kvcache(
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
     by their LSE); learnable_sink: None or a float tensor (heads,), used in float32. Returns out (like q) or
     (out, lse) with lse (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes
-    (flash-attn's) are not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim a multiple of 8 up to 256, sm_90) run
-    the split-KV decode kernel, or the dense forward kernel for chunked prefill, without a host synchronisation
-    (CUDA-graph capturable); other GPU configurations raise NotImplementedError with the reason.
+    (flash-attn's) are not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim a multiple of 8 up
+    to 256, sm_90) run the split-KV decode kernel, or the dense forward kernel for chunked prefill, without a
+    host synchronisation (CUDA-graph capturable); other GPU configurations raise NotImplementedError with the
+    reason.
     """
     if cache_leftpad is not None:
         raise NotImplementedError("flash4 does not implement cache_leftpad; it must be None")
