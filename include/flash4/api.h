@@ -35,8 +35,9 @@
 //   or rows after cu_seqlens_k[batch]) are read: the forward zeroes those V rows and hides their scores, so any
 //   values there are harmless to it; the backward masks their P to 0 but forms dS = P (dP - D) with their V rows
 //   and dQ = dS K with their K rows, so those must hold finite values (a NaN or inf there would turn a product
-//   with 0 into NaN); the rows of the next sequence always do. (Python's opt-in host check, flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the
-//   offsets to the host and applies the CPU checks.)
+//   with 0 into NaN); the rows of the next sequence always do. (Python's opt-in host check,
+//   flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the offsets to the host and applies the CPU
+//   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither
 // scaled nor softcapped) that carries no value to every row's softmax denominator, dense or packed. LSE
 // includes it, so a row that sees no key has lse = sink[h] and out = 0. The backward's dsink (heads, fp32,

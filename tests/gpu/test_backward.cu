@@ -31,9 +31,9 @@ struct Shape {
 };
 
 // Small and odd shapes: one query, one key (every row but the last fully masked under causal), tails on both
-// sides of a 64-row tile, GQA 4:1 and MHA. Kernel selection (bwd_params_builder.cu, use_wgmma_kernel): seqlen_k <= 64 runs
-// the mma.sync kernel, seqlen_k > 64 (contiguous or TMA-describable layouts) the wgmma kernel, so this list covers
-// both: {1, 17}, {17, 1} mma.sync; the others wgmma.
+// sides of a 64-row tile, GQA 4:1 and MHA. Kernel selection (bwd_params_builder.cu, use_wgmma_kernel):
+// seqlen_k <= 64 runs the mma.sync kernel, seqlen_k > 64 (contiguous or TMA-describable layouts) the wgmma
+// kernel, so this list covers both: {1, 17}, {17, 1} mma.sync; the others wgmma.
 const Shape kSmallShapes[] = {
     {1, 128, 128, 4, 4, 64}, {1, 1, 17, 2, 2, 64}, {1, 17, 1, 2, 2, 128}, {2, 257, 129, 8, 2, 64},
     {1, 65, 200, 2, 1, 128},

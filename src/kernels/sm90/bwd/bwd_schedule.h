@@ -184,11 +184,11 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
   return best;
 }
 
-// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_runs_persistent): they pay where an item loops over few
-// Q tiles (the CTA launch they save is a larger share of a short item) and lose slightly on long ones. So at
-// d = 128 they run where an item averages at most 16 Q tiles: the GQA group times the Q rows a key tile sees, all
-// of them without a mask, about half under a band open on one side (causal), at most the band's width under a
-// window. At d = 64 (block_m 128) they gain at every length, so there they always run (docs/performance.md has
+// Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_runs_persistent): they pay where an item
+// loops over few Q tiles (the CTA launch they save is a larger share of a short item) and lose slightly on long
+// ones. So at d = 128 they run where an item averages at most 16 Q tiles: the GQA group times the Q rows a key
+// tile sees, all of them without a mask, about half under a band open on one side (causal), at most the band's
+// width under a window. At d = 64 (block_m 128) they gain at every length, so there they always run (docs/performance.md has
 // the measurements).
 FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
   if (block_m == 128) return true;  // d = 64's tile
