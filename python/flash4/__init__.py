@@ -21,9 +21,9 @@ from ._api import (
     flash_attn_func,
     flash_attn_varlen_func,
     forward,
-    scaled_dot_product_attention,
 )
 from ._kvcache import flash_attn_with_kvcache
+from ._sdpa import scaled_dot_product_attention
 from ._native import library_version
 from ._packed import (
     flash_attn_kvpacked_func,
