@@ -92,13 +92,14 @@ struct BackwardCase {
   bool outputs_untouched() const { return dq.untouched() && dk.untouched() && dv.untouched(); }
 };
 
-// Runs the entry point and checks the status, that the message contains every substring, and that no output
-// was written. can_implement must reject the same input the same way.
+// Runs the entry point of `c.args` (ForwardArgs or BackwardArgs) and checks the status, that the message contains
+// every substring, and that no output was written (`c.outputs_untouched()`). can_implement must reject the same
+// input the same way. Any case type with those two members serves (test_validation_varlen.cpp's packed ones too).
 template <typename Case>
 void expect_invalid(const Case& c, std::initializer_list<std::string> substrings) {
-  const bool is_forward = std::is_same_v<Case, ForwardCase>;
+  constexpr bool is_forward = std::is_same_v<std::decay_t<decltype(c.args)>, ForwardArgs>;
   try {
-    if constexpr (std::is_same_v<Case, ForwardCase>) {
+    if constexpr (is_forward) {
       forward(c.args);
     } else {
       backward(c.args);

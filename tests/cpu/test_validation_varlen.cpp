@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/backends.h"
+#include "common/validation_case.h"
 #include "flash4/api.h"
 
 namespace flash4 {
@@ -91,25 +92,7 @@ struct BackwardCase : Packed {
   bool outputs_untouched() const { return dq.untouched() && dk.untouched() && dv.untouched() && dsink.untouched(); }
 };
 
-template <typename Case>
-void expect_invalid(const Case& c, std::initializer_list<std::string> substrings) {
-  constexpr bool is_forward = std::is_same_v<Case, ForwardCase>;
-  try {
-    if constexpr (is_forward) {
-      forward(c.args);
-    } else {
-      backward(c.args);
-    }
-    ADD_FAILURE() << "no error for an invalid input";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::kInvalidArgument);
-    const std::string message = e.what();
-    EXPECT_EQ(message.rfind(is_forward ? "flash4::forward: " : "flash4::backward: ", 0), 0u) << message;
-    for (const std::string& s : substrings) EXPECT_NE(message.find(s), std::string::npos) << message;
-  }
-  EXPECT_TRUE(c.outputs_untouched());
-  EXPECT_THROW((void)can_implement(c.args), Error);
-}
+using validation_test::expect_invalid;
 
 TEST(ValidateVarlen, ValidInputGivesThePackedProblem) {
   ForwardCase c;
