@@ -31,11 +31,12 @@
 //   and backward read them on the device (no synchronisation, CUDA-graph capturable); only a backward whose
 //   tensors TMA cannot describe runs one dense backward per sequence and so copies them to the host (a stream
 //   synchronisation; refused inside CUDA graph capture).
-//   The GPU kernels read whole 64..128-key tiles, so keys of a tile past a sequence's used keys (past seqused_k,
-//   or rows after cu_seqlens_k[batch]) are read: the forward zeroes those V rows and hides their scores, so any
-//   values there are harmless to it; the backward masks their P to 0 but forms dS = P (dP - D) with their V rows
-//   and dQ = dS K with their K rows, so those must hold finite values (a NaN or inf there would turn a product
-//   with 0 into NaN); the rows of the next sequence always do. (Python's opt-in host check,
+//   The GPU kernels read whole 64..128-row tiles, so rows of a tile past a sequence's used rows (past seqused_q /
+//   seqused_k, or after cu_seqlens[batch]) are read: the forward zeroes those V rows and hides their scores, so
+//   any values in the unused rows of q, k, v are harmless to it; the backward masks their P to 0 but forms
+//   dS = P (dP - D) with their V rows, dQ = dS K with their K rows and dK, dV with their q and dout rows, so
+//   those must hold finite values (a NaN or inf there would turn a product with 0 into NaN); the rows of the
+//   next sequence always do. (Python's opt-in host check,
 //   flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the offsets to the host and applies the CPU
 //   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither

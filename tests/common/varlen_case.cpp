@@ -1,6 +1,7 @@
 #include "common/varlen_case.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <tuple>
 
@@ -24,6 +25,23 @@ HostTensor int_vector(const std::vector<int>& values) {
   HostTensor t = HostTensor::vector(DType::kInt32, static_cast<int64_t>(values.size()));
   std::copy(values.begin(), values.end(), static_cast<int*>(t.data()));
   return t;
+}
+
+// Sets the rows of a packed tensor that no sequence uses to NaN: in segment b the rows from used[b] on (none when
+// `used` is empty), and every row after the last segment.
+void nan_unused_rows(HostTensor& t, const std::vector<int>& lengths, const std::vector<int>& used, int64_t total) {
+  std::vector<double> x = t.to_double();
+  const int64_t row = static_cast<int64_t>(x.size()) / std::max<int64_t>(total, 1);
+  auto poison = [&](int64_t from, int64_t to) {
+    std::fill(x.begin() + from * row, x.begin() + to * row, std::nan(""));
+  };
+  int64_t start = 0;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    if (!used.empty()) poison(start + std::min(used[b], lengths[b]), start + lengths[b]);
+    start += lengths[b];
+  }
+  poison(start, total);
+  t.assign(x);
 }
 
 std::vector<int> offsets(const std::vector<int>& lengths) {
@@ -71,6 +89,8 @@ std::string VarlenSpec::name() const {
   if (deterministic) n += "_det";
   if (layout == Layout::kStrided) n += "_strided";
   if (pad_q > 0 || pad_k > 0) n += "_pad";
+  if (nan_unused_keys) n += "_nankeys";
+  if (nan_unused_queries) n += "_nanqueries";
   return n;
 }
 
@@ -122,6 +142,11 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
   t.q.fill_normal(rng, s.input_stddev);
   t.k.fill_normal(rng, s.input_stddev);
   t.v.fill_normal(rng);
+  if (s.nan_unused_keys) {
+    nan_unused_rows(t.k, s.seqlens_k, s.seqused_k, tk);
+    nan_unused_rows(t.v, s.seqlens_k, s.seqused_k, tk);
+  }
+  if (s.nan_unused_queries) nan_unused_rows(t.q, s.seqlens_q, s.seqused_q, tq);
   t.out.poison();
   t.lse.poison();
   if (s.sink) {
@@ -136,6 +161,7 @@ VarlenTensors make_varlen_tensors(const VarlenSpec& s, Rng& rng, bool backward) 
     t.dk.emplace(packed(s.dtype, tk, s.heads_kv, s.head_dim, s.layout));
     t.dv.emplace(packed(s.dtype, tk, s.heads_kv, s.value_dim(), s.layout));
     t.dout->fill_normal(rng);
+    if (s.nan_unused_queries) nan_unused_rows(*t.dout, s.seqlens_q, s.seqused_q, tq);
     t.dq->poison();
     t.dk->poison();
     t.dv->poison();

@@ -33,6 +33,9 @@ struct VarlenSpec {
   Layout layout = Layout::kContiguous;
   int64_t pad_q = 0, pad_k = 0;  // rows after the last segment (cu_seqlens[batch] < total)
   double input_stddev = 1.0;
+  // Rows no sequence uses hold NaN (the bits of uninitialised memory a caller may leave there): keys and values
+  // past seqused_k or after the last segment; queries and output gradients past seqused_q or after the last one.
+  bool nan_unused_keys = false, nan_unused_queries = false;
 
   int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int64_t batch() const { return static_cast<int64_t>(seqlens_q.size()); }

@@ -64,6 +64,12 @@ std::vector<VarlenSpec> varlen_cases() {
     s.seqused_k = {80, 3, 10};
     s.causal = true;
   }));
+  c.push_back(varlen({50, 7, 66}, {80, 7, 66}, 2, 1, kBF16, [](VarlenSpec& s) {  // NaN in every unused row
+    s.seqused_q = {20, 7, 0};
+    s.seqused_k = {61, 3, 10};
+    s.pad_q = 3, s.pad_k = 4;
+    s.nan_unused_keys = s.nan_unused_queries = true;
+  }));
   c.push_back(varlen({40, 13}, {25, 70}, 4, 2, kF16, [](VarlenSpec& s) {  // unused rows after the segments
     s.pad_q = 9, s.pad_k = 5, s.sink = true;
   }));

@@ -1,9 +1,10 @@
 // Packed (variable-length) batches and the learnable sink on the Hopper GPU, mirroring tests/cpu/test_varlen.cpp:
-// forward (out, lse) and backward (dq, dk, dv, dsink) of every row against the fp64 reference with the tolerance
-// rule; the issue's length list (0, 1, 17, 127, 128, 129, 1000, 4097), more than 65536 tokens, >= 1000 short
-// segments, ragged q vs k, GQA 8:1, window, softcap, sink, seqused, rows in no segment; a packed call equal to
-// per-sequence dense calls bit for bit in deterministic mode; corrupt device offsets clamped (no access outside
-// the tensors: guard rows stay poisoned; run under compute-sanitizer too). Outputs NaN-poisoned before launch.
+// forward (out, lse) and backward (dq, dk, dv, dsink) of every row against the fp64 reference with the tolerance rule;
+// the issue's length list (0, 1, 17, 127, 128, 129, 1000, 4097), more than 65536 tokens, >= 1000 short segments, ragged
+// q vs k, GQA 8:1, window, softcap, sink, seqused, rows in no segment, NaN in the rows no sequence uses (forward); a
+// packed call equal to per-sequence dense calls bit for bit in deterministic mode; corrupt device offsets clamped (no
+// access outside the tensors: guard rows stay poisoned; run under compute-sanitizer too). Outputs NaN-poisoned before
+// launch.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,122 +21,12 @@
 #include "common/varlen_case.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
+#include "varlen_device.h"
 
 namespace flash4::test {
 namespace {
 
-#define FLASH4_REQUIRE_GPU() \
-  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU"
-
 constexpr DType kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
-
-// Device copies of every tensor of a case, and args pointing at them.
-struct DeviceVarlen {
-  explicit DeviceVarlen(VarlenTensors& t) {
-    for (HostTensor* h : {&t.q, &t.k, &t.v, &t.out, &t.lse, &t.cu_seqlens_q, &t.cu_seqlens_k}) add(*h);
-    for (std::optional<HostTensor>* h : {&t.seqused_q, &t.seqused_k, &t.sink, &t.dsink, &t.dout, &t.dq, &t.dk, &t.dv})
-      if (h->has_value()) add(**h);
-  }
-  bool ok() const {
-    for (const auto& m : mirrors)
-      if (!m.second->ok()) return false;
-    return true;
-  }
-  TensorView view(const HostTensor& h) const {
-    for (const auto& m : mirrors)
-      if (m.first == &h) return m.second->view();
-    return h.view();
-  }
-  cudaError_t download(const HostTensor& h) {
-    for (auto& m : mirrors)
-      if (m.first == &h) return m.second->download();
-    return cudaErrorInvalidValue;
-  }
-  template <typename Args>
-  void point_sequences(Args& a, const VarlenTensors& t) const {
-    a.cu_seqlens_q = view(t.cu_seqlens_q);
-    a.cu_seqlens_k = view(t.cu_seqlens_k);
-    if (t.seqused_q) a.seqused_q = view(*t.seqused_q);
-    if (t.seqused_k) a.seqused_k = view(*t.seqused_k);
-    if (t.sink) a.learnable_sink = view(*t.sink);
-  }
-  ForwardArgs forward_args(const VarlenSpec& s, const VarlenTensors& t) const {
-    ForwardArgs a = t.forward_args(s);
-    a.q = view(t.q), a.k = view(t.k), a.v = view(t.v), a.out = view(t.out), a.lse = view(t.lse);
-    point_sequences(a, t);
-    return a;
-  }
-  BackwardArgs backward_args(const VarlenSpec& s, const VarlenTensors& t) const {
-    BackwardArgs a = t.backward_args(s);
-    a.q = view(t.q), a.k = view(t.k), a.v = view(t.v), a.out = view(t.out), a.lse = view(t.lse);
-    a.dout = view(*t.dout), a.dq = view(*t.dq), a.dk = view(*t.dk), a.dv = view(*t.dv);
-    if (t.dsink) a.dsink = view(*t.dsink);
-    point_sequences(a, t);
-    return a;
-  }
-
- private:
-  void add(HostTensor& h) { mirrors.emplace_back(&h, std::make_unique<DeviceMirror>(h)); }
-  std::vector<std::pair<const HostTensor*, std::unique_ptr<DeviceMirror>>> mirrors;
-};
-
-void run_forward(const VarlenSpec& s) {
-  SCOPED_TRACE(s.name());
-  FLASH4_TEST_RNG(rng);
-  VarlenTensors t = make_varlen_tensors(s, rng, false);
-  DeviceVarlen dev(t);
-  ASSERT_TRUE(dev.ok());
-  const ForwardArgs args = dev.forward_args(s, t);
-  const Support support = can_implement(args);
-  ASSERT_TRUE(support.ok) << support.reason;
-  forward(args);
-  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(dev.download(t.out));
-  FLASH4_TEST_CUDA(dev.download(t.lse));
-  EXPECT_TRUE(check_varlen_forward(s, t));
-}
-
-// out and lse from the fp64 reference (rounded), so the backward is tested on its own.
-void reference_out_lse(const VarlenSpec& s, VarlenTensors& t) {
-  const detail::Problem p = make_problem(t.forward_args(s));
-  const ForwardResult ref = reference_forward(p, t.q.to_double(), t.k.to_double(), t.v.to_double());
-  t.out.assign(ref.out);
-  t.lse.assign(ref.lse);
-}
-
-void run_backward(const VarlenSpec& s) {
-  SCOPED_TRACE(s.name());
-  FLASH4_TEST_RNG(rng);
-  VarlenTensors t = make_varlen_tensors(s, rng, true);
-  reference_out_lse(s, t);
-  DeviceVarlen dev(t);
-  ASSERT_TRUE(dev.ok());
-  const BackwardArgs args = dev.backward_args(s, t);
-  const Support support = can_implement(args);
-  ASSERT_TRUE(support.ok) << support.reason;
-  backward(args);
-  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) FLASH4_TEST_CUDA(dev.download(*h));
-  if (t.dsink) FLASH4_TEST_CUDA(dev.download(*t.dsink));
-  EXPECT_TRUE(check_varlen_backward(s, t));
-}
-
-template <class Change>
-VarlenSpec varlen(std::vector<int> sq, std::vector<int> sk, int64_t heads, int64_t heads_kv, int64_t d, DType dtype,
-                  Change&& change) {
-  VarlenSpec s;
-  s.seqlens_q = std::move(sq);
-  s.seqlens_k = std::move(sk);
-  s.heads = heads;
-  s.heads_kv = heads_kv;
-  s.head_dim = d;
-  s.dtype = dtype;
-  change(s);
-  return s;
-}
-VarlenSpec varlen(std::vector<int> sq, std::vector<int> sk, int64_t heads, int64_t heads_kv, int64_t d, DType dtype) {
-  return varlen(std::move(sq), std::move(sk), heads, heads_kv, d, dtype, [](VarlenSpec&) {});
-}
 
 // The cases every head dim and dtype runs (small enough for the fp64 reference on all rows).
 std::vector<VarlenSpec> cases(int64_t d, DType t) {
@@ -205,6 +96,19 @@ TEST(VarlenGpuLarge, LongMixedLengths) {
   ASSERT_GT(s.total_q(), 65536);
   run_forward(s);
   run_backward(s);
+}
+
+// Rows no sequence uses may hold any bits (a buffer larger than its sequences, never written): NaN in keys and
+// values past seqused_k or after the last segment, and in queries past seqused_q, must not reach the forward's
+// outputs (its last key tile of a sequence reads those key rows; its last query tile those query rows).
+TEST(VarlenGpuUnusedRows, NanRowsDoNotReachTheForward) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256}) {
+    run_forward(varlen({150, 7, 66}, {180, 7, 66}, 2, 1, d, kBF16, [](VarlenSpec& s) {
+      s.seqused_q = {70, 5, 0}, s.seqused_k = {131, 3, 10}, s.pad_q = 5, s.pad_k = 6, s.causal = true;
+      s.nan_unused_keys = s.nan_unused_queries = true;
+    }));
+  }
 }
 
 // At least 1000 short segments (1..64 tokens).
