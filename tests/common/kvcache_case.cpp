@@ -267,4 +267,27 @@ KvCacheArgs KvCacheCase::args() const {
   return within_tolerance(s.name() + " lse", c.lse.to_double(), ref.lse, naive.lse, DType::kFloat32);
 }
 
+std::vector<KvCaseSpec> decode_grid() {
+  std::vector<KvCaseSpec> grid;
+  const int64_t pages[] = {0, 16, 32, 128, 256}, dims[] = {64, 128, 256};
+  int i = 0;
+  for (int64_t group : {1, 3, 5, 7, 12, 32, 64}) {
+    for (int64_t seqlen_q : {1, 3, 7}) {
+      KvCaseSpec s;
+      s.heads_kv = group >= 32 ? 1 : 2;
+      s.heads = group * s.heads_kv;
+      s.batch = 3;
+      s.seqlen_q = seqlen_q;
+      s.head_dim = dims[i % 3];
+      s.page_size = pages[i % 5];
+      s.cache_lengths = {1 + i % 5, 255 + i, 2049 + 3 * i};
+      s.causal = i % 2 == 0;
+      s.num_splits = 0;
+      grid.push_back(s);
+      ++i;
+    }
+  }
+  return grid;
+}
+
 }  // namespace flash4::test

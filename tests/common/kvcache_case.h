@@ -56,6 +56,12 @@ struct KvCacheCase {
   KvCacheArgs args() const;
 };
 
+// The decode grid shapes users run, for the CPU and the GPU tests alike: GQA groups that do not divide a 16-row
+// tile (3, 5, 7, 12) and many query heads on one KV head (32, 64: several tiles, or rows enough for the dense
+// kernel), 1, 3 and 7 queries, contiguous caches and pages of 16 to 256 keys, lengths around the tile and split
+// sizes, head dims 64 / 128 / 256 in turn, causal in every other case, the automatic split count.
+std::vector<KvCaseSpec> decode_grid();
+
 // Checks the caches after the call (appended rows as the fp64 model within the rotary's rounding, all other rows
 // unchanged bit for bit) and out / lse against the reference under the tolerance rule.
 ::testing::AssertionResult check_kvcache(const KvCacheCase& c);

@@ -162,6 +162,13 @@ TEST(KvCache, SplitCounts) {
   }
 }
 
+TEST(KvCache, DecodeGrid) {
+  for (const KvCaseSpec& s : decode_grid()) {
+    SCOPED_TRACE(s.name());
+    run_case(s);
+  }
+}
+
 // Every split count gives the result of one split within fp32 rounding (fp32 tensors, so the output keeps it).
 TEST(KvCache, SplitsMatchOneSplit) {
   FLASH4_TEST_RNG(rng);

@@ -153,6 +153,11 @@ TEST(KvCacheGpu, Decode) {
   run_case(with(spec(3, 1, 32, 8, {1000, 17, 4097}), [](KvCaseSpec& s) { s.page_size = 16; }));
 }
 
+TEST(KvCacheGpu, DecodeGrid) {
+  FLASH4_REQUIRE_GPU();
+  for (const KvCaseSpec& s : decode_grid()) run_case(s);
+}
+
 // Speculative decoding (2..16 queries, causal bottom-right) and a chunk of 512 queries against a 32k cache.
 TEST(KvCacheGpu, SpeculativeAndChunked) {
   FLASH4_REQUIRE_GPU();
