@@ -66,3 +66,17 @@ def test_varlen_block_table_is_refused_by_name():
     assert torch.equal(call(block_table=None), call())
     with pytest.raises(NotImplementedError, match="block_table must be None.*flash_attn_with_kvcache"):
         call(block_table=torch.zeros(2, 1, dtype=torch.int32))
+
+
+def test_documented_positional_order_and_returns():
+    # docs/python.md, "Differences from flash-attn": FlashAttention 3's order (softmax_scale, causal after v; after
+    # max_seqlen_k for varlen) and its return convention, (out, lse) with return_attn_probs.
+    q, k, v = _inputs(batch=1)
+    out = flash4.flash_attn_func(q, k, v, 0.3, True)
+    assert torch.equal(out, flash4.flash_attn_func(q, k, v, softmax_scale=0.3, causal=True))
+    pair = flash4.flash_attn_func(q, k, v, 0.3, True, return_attn_probs=True)
+    assert isinstance(pair, tuple) and len(pair) == 2 and torch.equal(pair[0], out)
+    _check_float32(*pair, q, k, v, softmax_scale=0.3, causal=True)
+    cu_q, cu_k = torch.tensor([0, 9], dtype=torch.int32), torch.tensor([0, 13], dtype=torch.int32)
+    varlen = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 9, 13, 0.3, True, return_attn_probs=True)
+    assert len(varlen) == 2 and torch.equal(varlen[0], out[0]) and varlen[1].shape == (4, 9)
