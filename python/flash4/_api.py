@@ -202,6 +202,7 @@ def flash_attn_varlen_func(
     dropout_p=0.0,
     alibi_slopes=None,
     return_attn_probs=False,
+    block_table=None,
     q_descale=None,
     k_descale=None,
     v_descale=None,
@@ -215,8 +216,8 @@ def flash_attn_varlen_func(
     cu[b] .. cu[b + 1] - 1. max_seqlen_q / max_seqlen_k: ints bounding the lengths. Masks apply per sequence
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
-    flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q). CPU
-    offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to
+    flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
+    block_table (flash-attn 2's paged keys and values) must be None. CPU offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to
     check them on the host too (check_varlen_offsets).
     """
     max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
@@ -227,6 +228,9 @@ def flash_attn_varlen_func(
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
+    if block_table is not None:  # flash-attn 2's paged keys and values
+        raise NotImplementedError("flash4's flash_attn_varlen_func reads no paged KV cache; block_table must be None "
+                                  "(flash_attn_with_kvcache takes one)")
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     descales = (q_descale, k_descale, v_descale)

@@ -41,12 +41,16 @@ def integer(name, value, lo, hi=INT32_MAX, kind="an int"):
 
 
 def window(window_size):
-    """(left, right) as ints in [-1, 2**31 - 1]; TypeError for a non-integer, ValueError out of range."""
+    """(left, right) as ints in [-1, 2**31 - 1], a side of None (FlashAttention 4's spelling of unbounded) as -1;
+    TypeError for a non-integer, ValueError out of range."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
     sides = []
     for name, value in zip(("window_left", "window_right"), window_size):
-        side = _as_int(value, f"{name} (in window_size) must be an int, -1 = unbounded")
+        if value is None:
+            sides.append(-1)
+            continue
+        side = _as_int(value, f"{name} (in window_size) must be an int, -1 or None = unbounded")
         if side < -1:
             raise ValueError(f"{name} = {side} must be >= -1 (-1 = unbounded)")
         if side > INT32_MAX:
