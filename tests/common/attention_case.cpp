@@ -40,6 +40,7 @@ std::string CaseSpec::name() const {
   if (softcap > 0.0f) s << "_softcap" << static_cast<int>(softcap);
   if (layout == Layout::kStrided) s << "_strided";
   if (layout == Layout::kUnitDimStride1) s << "_unitstride1";
+  if (broadcast_kv) s << "_broadcastkv";
   if (tuning.exp2 == Exp2Mode::kPolynomial) s << "_poly";
   if (!tuning.conditional_rescale) s << "_alwaysrescale";
   if (sink) s << "_sink";
@@ -85,10 +86,11 @@ BackwardArgs AttentionTensors::backward_args(const CaseSpec& spec) const {
 }
 
 AttentionTensors make_tensors(const CaseSpec& s, Rng& rng, bool backward) {
+  const Layout kv_layout = s.broadcast_kv ? Layout::kBroadcast : s.layout;
   AttentionTensors t{
       HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.head_dim, s.layout),
-      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, s.layout),
-      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.value_dim(), s.layout),
+      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, kv_layout),
+      HostTensor(s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.value_dim(), kv_layout),
       HostTensor(s.dtype, s.batch, s.seqlen_q, s.heads, s.value_dim(), s.layout),
       HostTensor::lse(s.batch, s.heads, s.seqlen_q),
       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt};

@@ -25,6 +25,7 @@ struct CaseSpec {
   float softcap = 0.0f;
   float softmax_scale = 0.0f;  // 0 = default
   Layout layout = Layout::kContiguous;
+  bool broadcast_kv = false;  // k and v in Layout::kBroadcast (one batch, one head, stride 0), the rest in `layout`
   Tuning tuning{};
   int64_t checked_rows = 0;    // forward: check this many sampled query rows (0 = all)
   double input_stddev = 1.0;

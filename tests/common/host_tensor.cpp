@@ -24,6 +24,12 @@ HostTensor::HostTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t heads
     if (layout == Layout::kUnitDimStride1)
       for (int i = 0; i < 3; ++i)
         if (shape[i] == 1) view_.stride[i] = 1;
+  } else if (layout == Layout::kBroadcast) {
+    view_.stride[3] = 1;
+    view_.stride[2] = 0;
+    view_.stride[1] = head_dim;
+    view_.stride[0] = 0;
+    elements = seqlen * head_dim;
   } else {
     const int64_t row = head_dim + 8;
     view_.stride[3] = 1;

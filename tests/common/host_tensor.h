@@ -16,6 +16,8 @@ enum class Layout {
                 // last is packed, and seqlen/heads are swapped, so stride bugs show up
   kUnitDimStride1,  // contiguous, but every dimension of extent 1 has stride 1: legal (the dimension is never
                     // stepped) and not describable by a TMA tensor map (strides must be multiples of 16 bytes)
+  kBroadcast,  // 4-D inputs only: the rows of one batch and one head, seen by every batch and head through stride
+               // 0 (torch's expand of a (1, seqlen, 1, head_dim) tensor)
 };
 
 class HostTensor {

@@ -24,6 +24,8 @@ std::vector<CaseSpec> backward_cases() {
     c.push_back(with(make_spec(2, 70, 85, 2, 1, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
     // Stride 1 on extent-1 dimensions (batch, kv heads): legal, never stepped.
     c.push_back(with(make_spec(1, 40, 50, 2, 1, 64, t), [](CaseSpec& s) { s.layout = Layout::kUnitDimStride1; }));
+    // k and v broadcast over the batch and the kv heads (stride 0, as torch's expand makes).
+    c.push_back(with(make_spec(3, 40, 50, 4, 2, 64, t), [](CaseSpec& s) { s.broadcast_kv = true, s.causal = true; }));
   }
   for (int64_t d : {32, 96, 128, 256}) c.push_back(make_spec(1, 100, 120, 2, 1, d, kBF16));
   c.push_back(with(make_spec(1, 1000, 1000, 1, 1, 64, kBF16), [](CaseSpec& s) { s.causal = true; }));

@@ -54,6 +54,8 @@ std::vector<CaseSpec> forward_cases() {
   // Strided (non-contiguous) layouts.
   for (DType t : {kF32, kF16, kBF16}) {
     c.push_back(with(make_spec(2, 77, 91, 4, 2, 64, t), [](CaseSpec& s) { s.layout = Layout::kStrided; }));
+    // k and v broadcast over the batch and the kv heads (stride 0, as torch's expand makes).
+    c.push_back(with(make_spec(3, 50, 70, 4, 2, 64, t), [](CaseSpec& s) { s.broadcast_kv = true; }));
   }
   // Polynomial exp2.
   for (DType t : {kF32, kBF16}) {

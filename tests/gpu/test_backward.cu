@@ -222,6 +222,17 @@ TEST(Backward, StridedLayoutAndScale) {
   run_and_check_backward(s);
 }
 
+// k and v broadcast over the batch and the kv heads (stride 0, as torch's expand makes; TMA cannot describe them,
+// so the backward takes its other path), every head dim.
+TEST(Backward, BroadcastKeysAndValues) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256}) {
+    run_and_check_backward(with(make_spec(3, 130, 150, 4, 2, d, DType::kBFloat16, d != 128), [](CaseSpec& s) {
+      s.broadcast_kv = true;
+    }));
+  }
+}
+
 // deterministic = true: ten runs give bit-identical dq, dk, dv (and pass the tolerance rule).
 TEST(Backward, DeterministicIsBitIdentical) {
   FLASH4_REQUIRE_GPU();

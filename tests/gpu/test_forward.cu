@@ -196,6 +196,16 @@ TEST(ForwardFeatures, StreamBoundaryTiles) {
 }
 
 // No keys at all: every row is fully masked.
+// k and v broadcast over the batch and the kv heads (stride 0 in TMA's tensor maps, as torch's expand makes), every
+// head dim, masked and not.
+TEST(ForwardFeatures, BroadcastKeysAndValues) {
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    run_and_check_forward(with(make_case(3, 130, 150, 4, 2, d, DType::kBFloat16, d % 64 == 0), [](CaseSpec& s) {
+      s.broadcast_kv = true;
+    }));
+  }
+}
+
 TEST(ForwardFeatures, NoKeys) { run_and_check_forward(make_case(2, 50, 0, 2, 2, 128, DType::kBFloat16, false)); }
 
 // Large score ranges: the conditional rescale must not overflow P (inputs scaled up so scores span ~1e3).
