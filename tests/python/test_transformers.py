@@ -5,6 +5,7 @@ padded batch's logits per document), and the gradients of a training step. CPU i
 same in bf16 against the fp32 model, as close to it as bf16 SDPA."""
 
 import copy
+import inspect
 
 import pytest
 
@@ -56,6 +57,36 @@ def test_padded_batch_matches_sdpa(device):
         b = theirs(ids, attention_mask=mask).logits
     keep = mask.bool()
     torch.testing.assert_close(a[keep], b[keep], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_left_padded_generation_with_a_kv_cache_matches_sdpa(device):
+    """Batched generation: a left-padded prompt batch, then steps of 1 and of 3 new tokens against the KV cache
+    (fewer queries than keys under a padding mask); every step's logits equal SDPA's on the real tokens."""
+    ours, theirs = pair(device)
+    ids = torch.randint(1, 97, (3, 12), device=device)
+    mask = torch.ones(3, 12, dtype=torch.long, device=device)
+    mask[1, :5] = 0  # left padding
+    mask[2, :11] = 0  # one real token
+    steps = [torch.randint(1, 97, (3, n), device=device) for n in (1, 3, 1)]
+    # The cache argument's name (past_key_values, cache in newer transformers); the cache fills in place.
+    cache_arg = "cache" if "cache" in inspect.signature(ours.forward).parameters else "past_key_values"
+    logits = []
+    for model in (ours, theirs):
+        cache, m, out = transformers.DynamicCache(), mask, []
+        with torch.no_grad():
+            for chunk in [ids] + steps:
+                if chunk is not ids:
+                    m = torch.cat([m, torch.ones_like(chunk)], dim=1)
+                out.append(model(chunk, attention_mask=m, use_cache=True, **{cache_arg: cache}).logits)
+        logits.append(out)
+    for step, (a, b) in enumerate(zip(*logits)):
+        keep = mask.bool() if step == 0 else torch.ones(a.shape[:2], dtype=torch.bool, device=device)
+        torch.testing.assert_close(a[keep], b[keep], rtol=1e-4, atol=1e-4, msg=f"step {step}")
+    with torch.no_grad():
+        greedy = [model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                                 pad_token_id=0) for model in (ours, theirs)]
+    assert torch.equal(*greedy)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -252,6 +283,29 @@ def test_gpu_bf16_logits_padded_and_packed_as_close_as_sdpa():
             assert_as_close_as_sdpa(packed[at:at + doc.numel()], sdpa(doc[None]).logits[0], alone,
                                     f"packed logits, document of {doc.numel()}")
             at += doc.numel()
+
+
+@GPU
+def test_gpu_bf16_left_padded_generation_steps_as_close_as_sdpa():
+    """A left-padded prompt batch and decode steps of 1 and 4 tokens against the KV cache, bf16 against the fp32
+    model, as close as bf16 SDPA."""
+    judge, ours, sdpa = gpu_llama_triplet()
+    ids = torch.randint(1, 97, (3, 200), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1, :77] = 0
+    mask[2, :199] = 0
+    steps = [torch.randint(1, 97, (3, n), device="cuda") for n in (1, 4, 1)]
+    cache_arg = "cache" if "cache" in inspect.signature(ours.forward).parameters else "past_key_values"
+    caches = {id(model): transformers.DynamicCache() for model in (judge, ours, sdpa)}
+    m = mask
+    with torch.no_grad():
+        for step, chunk in enumerate([ids] + steps):
+            if step > 0:
+                m = torch.cat([m, torch.ones_like(chunk)], dim=1)
+            a, b, reference = (model(chunk, attention_mask=m, use_cache=True, **{cache_arg: caches[id(model)]}).logits
+                               for model in (ours, sdpa, judge))
+            keep = mask.bool() if step == 0 else torch.ones(a.shape[:2], dtype=torch.bool, device="cuda")
+            assert_as_close_as_sdpa(a[keep], b[keep], reference[keep], f"generation step {step}")
 
 
 @GPU

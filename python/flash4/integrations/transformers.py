@@ -7,7 +7,8 @@
 What the model hands the attention function decides the path, as in transformers' own flash-attention
 integration: precomputed cu_seq_lens_q/k (e.g. DataCollatorWithFlattening) or position_ids that restart inside
 a batch of one (padding-free packing) go through flash_attn_varlen_func, so packed documents never attend to each
-other; a 2-D padding mask is unpadded into a packed batch; otherwise flash_attn_func runs on the dense batch.
+other; a 2-D padding mask is unpadded into a packed batch (also under a KV cache: batched generation); otherwise
+flash_attn_func runs on the dense batch.
 Masks are bottom-right aligned (as in flash-attn), which is what a decoder with a KV cache needs. Attention sinks
 (gpt-oss's `s_aux`) become flash4's learnable_sink, with their gradient.
 """
@@ -103,22 +104,29 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 
 
 def _unpadded(q, k, v, mask, options):
-    """A padded batch (mask (batch, seqlen_k), 1 = token) run as a packed batch and padded back with zeros."""
+    """A padded batch (mask (batch, seqlen_k), 1 = token) run as a packed batch and padded back with zeros. With
+    fewer queries than keys (generation with a KV cache) the queries are the last seqlen_q positions of each row,
+    so their own mask is the mask's last seqlen_q columns, as in transformers' flash-attention integration (left
+    padding keeps every row's tokens last, where the bottom-right causal mask aligns them)."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
-    mask = mask[:, -seqlen_k:].bool()
-    if seqlen_q != seqlen_k:
-        raise NotImplementedError("flash4's transformers integration takes a padding mask only when queries and keys "
-                                  "have the same length (no padded batches with a KV cache)")
-    lengths = mask.sum(-1, dtype=torch.int32)
-    cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-    index = mask.reshape(-1).nonzero().reshape(-1)
-    longest = int(lengths.max()) if batch else 0
-    pack = lambda t: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
-    out = flash4.flash_attn_varlen_func(pack(q), pack(k), pack(v), cu, cu, max(longest, 1), max(longest, 1), **options)
+    if seqlen_q > seqlen_k:
+        raise NotImplementedError(f"flash4's transformers integration takes a padding mask with at most as many "
+                                  f"queries as keys, got {seqlen_q} queries and {seqlen_k} keys")
+    mask_k = mask[:, -seqlen_k:].bool()
+    mask_q = mask_k[:, -seqlen_q:]
+    lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
+    cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
+    cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
+    index_k, index_q = mask_k.reshape(-1).nonzero().reshape(-1), mask_q.reshape(-1).nonzero().reshape(-1)
+    longest_k = max(int(lengths_k.max()), 1) if batch else 1
+    longest_q = max(int(lengths_q.max()), 1) if batch else 1
+    pack = lambda t, index: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
+    out = flash4.flash_attn_varlen_func(pack(q, index_q), pack(k, index_k), pack(v, index_k), cu_q, cu_k,
+                                        longest_q, longest_k, **options)
     dim_v = out.shape[-1]  # v's head dim (MLA: narrower than q's)
     padded = out.new_zeros(batch * seqlen_q, heads, dim_v)
-    return padded.index_copy(0, index, out).view(batch, seqlen_q, heads, dim_v)
+    return padded.index_copy(0, index_q, out).view(batch, seqlen_q, heads, dim_v)
 
 
 def register(name=NAME):
