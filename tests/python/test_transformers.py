@@ -61,8 +61,8 @@ def test_padded_batch_matches_sdpa(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_left_padded_generation_with_a_kv_cache_matches_sdpa(device):
-    """Batched generation: a left-padded prompt batch, then steps of 1 and of 3 new tokens against the KV cache
-    (fewer queries than keys under a padding mask); every step's logits equal SDPA's on the real tokens."""
+    """A left-padded prompt batch, then steps of 1 and of 3 new tokens against the KV cache (fewer queries than keys
+    under a padding mask); every step's logits equal SDPA's on the real tokens."""
     ours, theirs = pair(device)
     ids = torch.randint(1, 97, (3, 12), device=device)
     mask = torch.ones(3, 12, dtype=torch.long, device=device)
@@ -83,10 +83,26 @@ def test_left_padded_generation_with_a_kv_cache_matches_sdpa(device):
     for step, (a, b) in enumerate(zip(*logits)):
         keep = mask.bool() if step == 0 else torch.ones(a.shape[:2], dtype=torch.bool, device=device)
         torch.testing.assert_close(a[keep], b[keep], rtol=1e-4, atol=1e-4, msg=f"step {step}")
-    with torch.no_grad():
-        greedy = [model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
-                                 pad_token_id=0) for model in (ours, theirs)]
-    assert torch.equal(*greedy)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cache", [None, "static"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_generate_matches_sdpa(device, cache, padded):
+    """model.generate's scores at every step equal SDPA's: dynamic and static caches (whose empty slots past the
+    tokens must take no part, also when generate drops an all-ones mask), left-padded or not."""
+    ours, theirs = pair(device)
+    ids = torch.randint(1, 97, (3, 12), device=device)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, :5] = 0
+        mask[2, :11] = 0
+    runs = [model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                           cache_implementation=cache, output_scores=True, return_dict_in_generate=True)
+            for model in (ours, theirs)]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for step, (a, b) in enumerate(zip(runs[0].scores, runs[1].scores)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"step {step}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -104,17 +104,20 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 
 
 def _unpadded(q, k, v, mask, options):
-    """A padded batch (mask (batch, seqlen_k), 1 = token) run as a packed batch and padded back with zeros. With
-    fewer queries than keys (generation with a KV cache) the queries are the last seqlen_q positions of each row,
-    so their own mask is the mask's last seqlen_q columns, as in transformers' flash-attention integration (left
-    padding keeps every row's tokens last, where the bottom-right causal mask aligns them)."""
+    """A padded batch (mask (batch, length), 1 = token) run as a packed batch and padded back with zeros. The
+    queries are the last seqlen_q positions the mask covers, so their own mask is its last seqlen_q columns, as in
+    transformers' flash-attention integration (with a KV cache there are fewer queries than keys; left padding
+    keeps every row's tokens last, where the bottom-right causal mask aligns them). The keys are the mask's last
+    seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
-    if seqlen_q > seqlen_k:
-        raise NotImplementedError(f"flash4's transformers integration takes a padding mask with at most as many "
-                                  f"queries as keys, got {seqlen_q} queries and {seqlen_k} keys")
-    mask_k = mask[:, -seqlen_k:].bool()
-    mask_q = mask_k[:, -seqlen_q:]
+    mask = mask.bool()
+    if seqlen_q > min(seqlen_k, mask.shape[1]):
+        raise NotImplementedError(f"flash4's transformers integration takes a padding mask that covers the queries, "
+                                  f"got {seqlen_q} queries, {seqlen_k} keys and a mask of {mask.shape[1]} positions")
+    mask_q = mask[:, -seqlen_q:]
+    mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
+        torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
     lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
     cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
@@ -129,12 +132,27 @@ def _unpadded(q, k, v, mask, options):
     return padded.index_copy(0, index_q, out).view(batch, seqlen_q, heads, dim_v)
 
 
+def flash4_attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, attention_mask=None, **kwargs):
+    """transformers' flash-attention mask (None, or the 2-D padding mask over the tokens seen); and where a static
+    cache holds more slots than tokens and no padding mask came (generate keeps an all-ones mask only for
+    implementations whose name says flash), ones over the tokens, so that the attention leaves the empty slots
+    out. A cache position on the device costs one synchronization per forward there."""
+    from transformers.masking_utils import flash_attention_mask
+
+    mask = flash_attention_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                                attention_mask=attention_mask, **kwargs)
+    if mask is None:
+        present = int(q_offset) + q_length - int(kv_offset)  # keys the layer's cache holds
+        if present < kv_length:
+            mask = torch.ones(batch_size, present, dtype=torch.bool, device=kwargs.get("device"))
+    return mask
+
+
 def register(name=NAME):
     """Registers flash4 under `name` with transformers' attention and attention-mask interfaces; returns the name
     for attn_implementation=."""
     from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import flash_attention_mask
 
     AttentionInterface.register(name, flash4_attention_forward)
-    AttentionMaskInterface.register(name, flash_attention_mask)
+    AttentionMaskInterface.register(name, flash4_attention_mask)
     return name
