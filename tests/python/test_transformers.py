@@ -106,6 +106,40 @@ def test_generate_matches_sdpa(device, cache, padded):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_encoder_decoder_cross_attention_with_a_padded_encoder_matches_eager(device):
+    """Bart: the cross-attention's 2-D mask is the encoder's and hides keys only (every decoder row attends);
+    logits of a padded source batch at every decoder position, and greedy generation, equal eager attention's."""
+    config = transformers.BartConfig(vocab_size=97, d_model=64, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+                                     eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config).to(device=device, dtype=torch.float32).eval()
+    src = torch.randint(3, 97, (2, 16), device=device)
+    src_mask = torch.ones_like(src)
+    src_mask[1, 11:] = 0
+    tgt = torch.randint(3, 97, (2, 7), device=device)
+    results = []
+    for implementation in ("eager", f4hf.register()):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            logits = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt).logits
+            tokens = model.generate(input_ids=src, attention_mask=src_mask, max_new_tokens=5, do_sample=False)
+        results.append((logits, tokens))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    assert torch.equal(results[1][1], results[0][1])
+
+
+def test_attention_biases_and_sparse_attention_are_refused_by_name():
+    """Arguments that change what attention computes and flash4 has no form for (T5's relative position bias,
+    per-token sinks, a sparse attention's key indices) raise instead of being dropped."""
+    q = torch.randn(1, 2, 5, 16)
+    for name in ("position_bias", "sinks", "indices", "block_indices"):
+        with pytest.raises(NotImplementedError, match=name):
+            f4hf.flash4_attention_forward(None, q, q, q, None, is_causal=True, **{name: torch.zeros(1)})
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_packed_batch_equals_padded_batch(device):
     """Padding-free packing: documents concatenated into one row with restarting position_ids go through the
     varlen path and give each document the logits it gets on its own (no cross-document attention)."""

@@ -68,6 +68,12 @@ class _PackingOfPositions:
 _packing_of = _PackingOfPositions()
 
 
+# Attention-function arguments of some models that change what attention computes and that flash4 has no form for.
+_UNSUPPORTED = {"position_bias": "an additive attention bias such as T5's relative positions",
+                "sinks": "per-token attention sinks", "indices": "a sparse attention's selected keys",
+                "block_indices": "a sparse attention's selected key blocks"}
+
+
 def flash4_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                              sliding_window=None, softcap=None, is_causal=None, s_aux=None, position_ids=None,
                              cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
@@ -76,11 +82,16 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
     (batch, heads_kv, seqlen_k, head_dim); returns (out (batch, seqlen_q, heads, head_dim), None)."""
     if dropout:
         raise NotImplementedError("flash4 has no attention dropout; set the model's attention_dropout to 0")
+    for name, what in _UNSUPPORTED.items():
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"flash4 does not take {what} (`{name}`); use attn_implementation='sdpa' or "
+                                      "'eager' for this model")
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("flash4 does not materialize attention probabilities; use attn_implementation='eager'")
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     options = dict(softmax_scale=scaling, causal=bool(is_causal), window_size=_window(sliding_window, is_causal),
-                   softcap=float(softcap or 0.0), learnable_sink=s_aux)
+                   softcap=float(softcap or 0.0), learnable_sink=s_aux,
+                   deterministic=bool(kwargs.get("deterministic", False)))
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (batch, seqlen, heads, head_dim)
     batch, seqlen_q, heads, dim = q.shape
     seqlen_k = k.shape[1]
@@ -104,20 +115,23 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 
 
 def _unpadded(q, k, v, mask, options):
-    """A padded batch (mask (batch, length), 1 = token) run as a packed batch and padded back with zeros. The
-    queries are the last seqlen_q positions the mask covers, so their own mask is its last seqlen_q columns, as in
-    transformers' flash-attention integration (with a KV cache there are fewer queries than keys; left padding
-    keeps every row's tokens last, where the bottom-right causal mask aligns them). The keys are the mask's last
-    seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part."""
+    """A padded batch (mask (batch, length), 1 = token) run as a packed batch. The keys are the mask's last
+    seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part. Without a causal
+    mask the mask hides keys only, as in eager attention (cross-attention: the mask is the encoder's), and every
+    query row runs. With one, the queries are the last seqlen_q positions the mask covers, their own mask its last
+    seqlen_q columns, as in transformers' flash-attention integration (with a KV cache there are fewer queries
+    than keys; left padding keeps every row's tokens last, where the bottom-right causal mask aligns them); the
+    padding rows' outputs are zeros."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
     mask = mask.bool()
-    if seqlen_q > min(seqlen_k, mask.shape[1]):
+    causal = options["causal"]
+    if causal and seqlen_q > min(seqlen_k, mask.shape[1]):
         raise NotImplementedError(f"flash4's transformers integration takes a padding mask that covers the queries, "
                                   f"got {seqlen_q} queries, {seqlen_k} keys and a mask of {mask.shape[1]} positions")
-    mask_q = mask[:, -seqlen_q:]
     mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
         torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
+    mask_q = mask[:, -seqlen_q:] if causal else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
     lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
     cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
