@@ -130,6 +130,21 @@ def test_encoder_decoder_cross_attention_with_a_padded_encoder_matches_eager(dev
     assert torch.equal(results[1][1], results[0][1])
 
 
+def test_multimodal_rotary_position_ids_are_not_taken_for_packing():
+    """Qwen2-VL's mrope position ids (3, batch, seqlen) repeat positions inside an image: one sequence, not a
+    packed batch of documents."""
+    q, k, v = torch.randn(1, 4, 12, 16), torch.randn(1, 2, 12, 16), torch.randn(1, 2, 12, 16)
+    position_ids = torch.arange(12)[None, None].repeat(3, 1, 1)
+    position_ids[1:, :, 3:8] = 3
+
+    class Causal:
+        is_causal = True
+
+    out, _ = f4hf.flash4_attention_forward(Causal(), q, k, v, None, position_ids=position_ids)
+    dense = flash4.flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True)
+    torch.testing.assert_close(out, dense, rtol=0, atol=0)
+
+
 def test_attention_biases_and_sparse_attention_are_refused_by_name():
     """Arguments that change what attention computes and flash4 has no form for (T5's relative position bias,
     per-token sinks, a sparse attention's key indices) raise instead of being dropped."""

@@ -56,8 +56,9 @@ class _PackingOfPositions:
         self._ref, self._version, self._answer = None, None, None
 
     def __call__(self, position_ids, batch):
-        """(cu_seqlens, longest) for a packed batch, None otherwise."""
-        if position_ids is None or batch != 1 or position_ids.shape[-1] <= 1:
+        """(cu_seqlens, longest) for a packed batch, None otherwise. Only (batch, seqlen) position ids describe
+        packing: multimodal rotary embeddings (Qwen2-VL's mrope: (3, batch, seqlen)) repeat positions by design."""
+        if position_ids is None or position_ids.dim() != 2 or batch != 1 or position_ids.shape[-1] <= 1:
             return None
         if self._ref is None or self._ref() is not position_ids or self._version != position_ids._version:
             answer = _offsets_from_position_ids(position_ids) if _is_packed(position_ids, batch) else None
