@@ -48,7 +48,11 @@ inline CUtensorMap make_tensor_map_4d(const void* base, CUtensorMapDataType type
                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    throw Error(Status::kCudaError, "flash4: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r));
+    throw Error(Status::kCudaError, "flash4: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +
+                                        " for a (" + std::to_string(batch) + ", " + std::to_string(seqlen) + ", " +
+                                        std::to_string(heads) + ", " + std::to_string(head_dim) +
+                                        ") tensor with element strides (" + std::to_string(stride_b) + ", " +
+                                        std::to_string(stride_s) + ", " + std::to_string(stride_h) + ", 1)");
   }
   return map;
 }
