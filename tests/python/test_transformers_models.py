@@ -46,3 +46,29 @@ def test_packed_position_ids_match_eager(position_ids, batch):
         theirs = eager(ids, position_ids=position_ids, use_cache=False).logits
         torch.testing.assert_close(ours(ids, position_ids=position_ids, use_cache=False).logits, theirs,
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_bidirectional_sliding_window_with_padding_matches_eager(padding):
+    """ModernBERT's local layers (a window on both sides, no causal mask) over a padded batch: the window is
+    counted from each token's own position, with right padding as with left; hidden states and gradients."""
+    config = transformers.ModernBertConfig(vocab_size=97, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                           intermediate_size=128, local_attention=8, global_attn_every_n_layers=3,
+                                           pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                                           sep_token_id=2)
+    eager, ours = pair(transformers.ModernBertModel, config)
+    ids = torch.randint(3, 97, (2, 19))
+    mask = torch.ones_like(ids)
+    if padding == "right":
+        mask[1, 12:] = 0
+    else:
+        mask[1, :7] = 0
+    keep = mask.bool()
+    results = []
+    for model in (eager, ours):
+        hidden = model(ids, attention_mask=mask).last_hidden_state
+        (hidden[keep] ** 2).sum().backward()
+        results.append((hidden[keep].detach(), [p.grad for p in model.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -121,21 +121,23 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 def _unpadded(q, k, v, mask, options):
     """A padded batch (mask (batch, length), 1 = token) run as a packed batch. The keys are the mask's last
     seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part. Without a causal
-    mask the mask hides keys only, as in eager attention (cross-attention: the mask is the encoder's), and every
-    query row runs. With one, the queries are the last seqlen_q positions the mask covers, their own mask its last
+    mask or a sliding window the mask hides keys only, as in eager attention (cross-attention: the mask is the
+    encoder's), and every query row runs. With either, the queries are the last seqlen_q positions the mask covers, their own mask its last
     seqlen_q columns, as in transformers' flash-attention integration (with a KV cache there are fewer queries
     than keys; left padding keeps every row's tokens last, where the bottom-right causal mask aligns them); the
-    padding rows' outputs are zeros."""
+    padding rows' outputs are zeros. A window without a causal mask (ModernBERT's local layers) thus counts from
+    each token's own position, with right padding as with left."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
     mask = mask.bool()
     causal = options["causal"]
-    if causal and seqlen_q > min(seqlen_k, mask.shape[1]):
+    own = causal or options["window_size"] != (-1, -1)  # queries of the keys' own sequence
+    if own and seqlen_q > min(seqlen_k, mask.shape[1]):
         raise NotImplementedError(f"flash4's transformers integration takes a padding mask that covers the queries, "
                                   f"got {seqlen_q} queries, {seqlen_k} keys and a mask of {mask.shape[1]} positions")
     mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
         torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
-    mask_q = mask[:, -seqlen_q:] if causal else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
+    mask_q = mask[:, -seqlen_q:] if own else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
     lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
     cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
