@@ -72,3 +72,16 @@ def test_bidirectional_sliding_window_with_padding_matches_eager(padding):
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
     for a, b in zip(results[1][1], results[0][1]):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_falcon_alibi_is_refused_by_name():
+    """ALiBi Falcon adds its position bias to the mask, which flash4 has no form for: transformers refuses it for
+    implementations named flash...; flash4 refuses it by name instead of an AttributeError (no padding) or a
+    4-D-mask error (padding)."""
+    config = transformers.FalconConfig(vocab_size=97, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                       alibi=True)
+    _, ours = pair(transformers.FalconForCausalLM, config)
+    ids = torch.randint(0, 97, (2, 9))
+    for mask in (None, torch.ones_like(ids).index_fill_(1, torch.tensor([0]), 0)):
+        with pytest.raises(NotImplementedError, match="alibi"):
+            ours(ids, attention_mask=mask)

@@ -159,6 +159,9 @@ def flash4_attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset
     out. A cache position on the device costs one synchronization per forward there."""
     from transformers.masking_utils import flash_attention_mask
 
+    if getattr(kwargs.get("config"), "alibi", False):  # Falcon adds its alibi bias onto the mask made here
+        raise NotImplementedError("flash4 does not take an alibi position bias (config.alibi); use "
+                                  "attn_implementation='sdpa' or 'eager' for this model")
     mask = flash_attention_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
                                 attention_mask=attention_mask, **kwargs)
     if mask is None:
