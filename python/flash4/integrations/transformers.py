@@ -122,11 +122,11 @@ def _unpadded(q, k, v, mask, options):
     """A padded batch (mask (batch, length), 1 = token) run as a packed batch. The keys are the mask's last
     seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part. Without a causal
     mask or a sliding window the mask hides keys only, as in eager attention (cross-attention: the mask is the
-    encoder's), and every query row runs. With either, the queries are the last seqlen_q positions the mask covers, their own mask its last
-    seqlen_q columns, as in transformers' flash-attention integration (with a KV cache there are fewer queries
-    than keys; left padding keeps every row's tokens last, where the bottom-right causal mask aligns them); the
-    padding rows' outputs are zeros. A window without a causal mask (ModernBERT's local layers) thus counts from
-    each token's own position, with right padding as with left."""
+    encoder's), and every query row runs. With either, the queries are the last seqlen_q positions the mask
+    covers, their own mask its last seqlen_q columns, as in transformers' flash-attention integration (with a KV
+    cache there are fewer queries than keys; left padding keeps every row's tokens last, where the bottom-right
+    causal mask aligns them); the padding rows' outputs are zeros. A window without a causal mask (ModernBERT's
+    local layers) thus counts from each token's own position, with right padding as with left."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
     mask = mask.bool()
