@@ -191,7 +191,7 @@ def test_packing_of_positions_is_computed_once_per_tensor(monkeypatch):
     other = torch.tensor([[0, 1, 0, 1, 2]])  # a new tensor, perhaps at the freed one's address
     assert packing(other, 1)[0].tolist() == [0, 2, 5] and len(calls) == 3
     assert packing(torch.arange(5)[None], 1) is None  # one document: the dense path
-    assert packing(torch.tensor([[0, 1], [0, 1]]), 2) is None  # a batch of two is never packed
+    assert packing(torch.tensor([[0, 1], [0, 1]]), 2) is None  # two rows of one document each: not packed
     assert packing(None, 1) is None
 
 

@@ -6,8 +6,9 @@
 
 What the model hands the attention function decides the path, as in transformers' own flash-attention
 integration: precomputed cu_seq_lens_q/k (e.g. DataCollatorWithFlattening) or position_ids that restart inside
-a batch of one (padding-free packing) go through flash_attn_varlen_func, so packed documents never attend to each
-other; a 2-D padding mask is unpadded into a packed batch (also under a KV cache: batched generation); otherwise
+a row (padding-free packing; a document starts wherever a position is not the one before plus one, as in
+transformers' masks, in every row of the batch) go through flash_attn_varlen_func, so packed documents never attend
+to each other; a 2-D padding mask is unpadded into a packed batch (also under a KV cache: batched generation); otherwise
 flash_attn_func runs on the dense batch.
 Masks are bottom-right aligned (as in flash-attn), which is what a decoder with a KV cache needs. Attention sinks
 (gpt-oss's `s_aux`) become flash4's learnable_sink, with their gradient.
@@ -31,38 +32,39 @@ def _window(sliding_window, is_causal):
 
 
 def _offsets_from_position_ids(position_ids):
-    """cu_seqlens (int32) and the longest length of a batch of one whose positions restart at every document
-    (the first position of each document is the smallest position id)."""
-    positions = position_ids.reshape(-1)
-    starts = (positions == positions.min()).nonzero().reshape(-1).to(torch.int32)
-    cu = torch.cat([starts, torch.tensor([positions.numel()], dtype=torch.int32, device=positions.device)])
+    """cu_seqlens (int32) and the longest length of the documents of position_ids (batch, seqlen), flattened; None
+    for one document a row. A document starts at each row's start and wherever a position is not the one before
+    plus one, as transformers' masks read packed position ids (find_packed_sequence_indices)."""
+    starts = torch.ones(position_ids.shape, dtype=torch.bool, device=position_ids.device)
+    starts[:, 1:] = position_ids.diff(dim=-1) != 1
+    starts = starts.reshape(-1).nonzero().reshape(-1).to(torch.int32)
+    if starts.numel() == position_ids.shape[0]:
+        return None
+    cu = torch.cat([starts, torch.tensor([position_ids.numel()], dtype=torch.int32, device=position_ids.device)])
     return cu, int(cu.diff().max())
-
-
-def _is_packed(position_ids, batch):
-    if position_ids is None or batch != 1 or position_ids.shape[-1] <= 1:
-        return False
-    positions = position_ids.reshape(-1)
-    return bool((positions.diff() < 0).any())
 
 
 class _PackingOfPositions:
     """Whether position_ids describe a packed batch, and its offsets, computed once per position_ids tensor: the
     model hands every layer the same tensor, and each answer costs a device synchronization. The cache holds one
     entry, keyed by the tensor's identity (a weak reference, so a freed tensor's address is never mistaken for
-    it) and its version counter (an in-place change invalidates it)."""
+    it), its version counter (an in-place change invalidates it) and the batch size."""
 
     def __init__(self):
-        self._ref, self._version, self._answer = None, None, None
+        self._ref, self._version, self._batch, self._answer = None, None, None, None
 
     def __call__(self, position_ids, batch):
-        """(cu_seqlens, longest) for a packed batch, None otherwise. Only (batch, seqlen) position ids describe
-        packing: multimodal rotary embeddings (Qwen2-VL's mrope: (3, batch, seqlen)) repeat positions by design."""
-        if position_ids is None or position_ids.dim() != 2 or batch != 1 or position_ids.shape[-1] <= 1:
+        """(cu_seqlens, longest) for a packed batch, None otherwise. Only (batch, seqlen) or (1, seqlen) position ids
+        describe packing: multimodal rotary embeddings (Qwen2-VL's mrope: (3, batch, seqlen)) repeat positions by
+        design."""
+        if position_ids is None or position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) \
+                or position_ids.shape[-1] <= 1:
             return None
-        if self._ref is None or self._ref() is not position_ids or self._version != position_ids._version:
-            answer = _offsets_from_position_ids(position_ids) if _is_packed(position_ids, batch) else None
-            self._ref, self._version, self._answer = weakref.ref(position_ids), position_ids._version, answer
+        if self._ref is None or self._ref() is not position_ids or self._version != position_ids._version \
+                or self._batch != batch:
+            answer = _offsets_from_position_ids(position_ids.expand(batch, -1))
+            self._ref, self._version, self._batch = weakref.ref(position_ids), position_ids._version, batch
+            self._answer = answer
         return self._answer
 
 
@@ -105,8 +107,9 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
     packing = _packing_of(position_ids, batch) if attention_mask is None and seqlen_q == seqlen_k else None
     if packing is not None:
         cu, longest = packing
-        out = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, longest, longest, **options)
-        return out[None], None
+        out = flash4.flash_attn_varlen_func(q.reshape(-1, heads, dim), k.reshape(-1, *k.shape[2:]),
+                                            v.reshape(-1, *v.shape[2:]), cu, cu, longest, longest, **options)
+        return out.view(batch, seqlen_q, heads, out.shape[-1]), None
     if attention_mask is not None and attention_mask.dim() == 2:
         return _unpadded(q, k, v, attention_mask, options), None
     if attention_mask is not None:
@@ -118,21 +121,23 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
 def _unpadded(q, k, v, mask, options):
     """A padded batch (mask (batch, length), 1 = token) run as a packed batch. The keys are the mask's last
     seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part. Without a causal
-    mask the mask hides keys only, as in eager attention (cross-attention: the mask is the encoder's), and every
-    query row runs. With one, the queries are the last seqlen_q positions the mask covers, their own mask its last
-    seqlen_q columns, as in transformers' flash-attention integration (with a KV cache there are fewer queries
-    than keys; left padding keeps every row's tokens last, where the bottom-right causal mask aligns them); the
-    padding rows' outputs are zeros."""
+    mask or a sliding window the mask hides keys only, as in eager attention (cross-attention: the mask is the
+    encoder's), and every query row runs. With either, the queries are the last seqlen_q positions the mask
+    covers, their own mask its last seqlen_q columns, as in transformers' flash-attention integration (with a KV
+    cache there are fewer queries than keys; left padding keeps every row's tokens last, where the bottom-right
+    causal mask aligns them); the padding rows' outputs are zeros. A window without a causal mask (ModernBERT's
+    local layers) thus counts from each token's own position, with right padding as with left."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
     mask = mask.bool()
     causal = options["causal"]
-    if causal and seqlen_q > min(seqlen_k, mask.shape[1]):
+    own = causal or options["window_size"] != (-1, -1)  # queries of the keys' own sequence
+    if own and seqlen_q > min(seqlen_k, mask.shape[1]):
         raise NotImplementedError(f"flash4's transformers integration takes a padding mask that covers the queries, "
                                   f"got {seqlen_q} queries, {seqlen_k} keys and a mask of {mask.shape[1]} positions")
     mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
         torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
-    mask_q = mask[:, -seqlen_q:] if causal else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
+    mask_q = mask[:, -seqlen_q:] if own else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
     lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
     cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
@@ -154,6 +159,9 @@ def flash4_attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset
     out. A cache position on the device costs one synchronization per forward there."""
     from transformers.masking_utils import flash_attention_mask
 
+    if getattr(kwargs.get("config"), "alibi", False):  # Falcon adds its alibi bias onto the mask made here
+        raise NotImplementedError("flash4 does not take an alibi position bias (config.alibi); use "
+                                  "attn_implementation='sdpa' or 'eager' for this model")
     mask = flash_attention_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
                                 attention_mask=attention_mask, **kwargs)
     if mask is None:
