@@ -105,6 +105,23 @@ def test_generate_matches_sdpa(device, cache, padded):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"step {step}")
 
 
+def test_static_cache_without_padding_runs_the_dense_kernels(monkeypatch):
+    """A static cache's mask without padding takes views of the keys the cache holds into flash_attn_func (no
+    copies; on the GPU a few queries run the split-KV decode kernel), not the packed path."""
+    ours, theirs = pair("cpu")
+    ids = torch.randint(1, 97, (2, 12))
+    expected = theirs.generate(input_ids=ids, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                               cache_implementation="static")
+
+    def packed(*args, **kwargs):
+        raise AssertionError("the packed path ran for a batch without padding")
+
+    monkeypatch.setattr(flash4, "flash_attn_varlen_func", packed)
+    tokens = ours.generate(input_ids=ids, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                           cache_implementation="static")
+    assert torch.equal(tokens, expected)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_encoder_decoder_cross_attention_with_a_padded_encoder_matches_eager(device):
     """Bart: the cross-attention's 2-D mask is the encoder's and hides keys only (every decoder row attends);

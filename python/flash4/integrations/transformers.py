@@ -139,11 +139,19 @@ def _unpadded(q, k, v, mask, options):
         torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
     mask_q = mask[:, -seqlen_q:] if own else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
     lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
+    if batch == 0:
+        return q.new_zeros(0, seqlen_q, heads, v.shape[-1])
+    # One synchronization for what the host must know: whether there is padding at all, and the longest rows.
+    no_padding, longest_k, longest_q = torch.stack([mask.all(), lengths_k.max(), lengths_q.max()]).tolist()
+    if no_padding:
+        # Every token real (a static cache's mask without padding): the dense kernels on views of the keys the
+        # cache holds, with no copies (and, for a few queries, the GPU's split-KV decode kernel).
+        present = min(mask.shape[1], seqlen_k)
+        return flash4.flash_attn_func(q, k[:, :present], v[:, :present], **options)
     cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
     index_k, index_q = mask_k.reshape(-1).nonzero().reshape(-1), mask_q.reshape(-1).nonzero().reshape(-1)
-    longest_k = max(int(lengths_k.max()), 1) if batch else 1
-    longest_q = max(int(lengths_q.max()), 1) if batch else 1
+    longest_k, longest_q = max(longest_k, 1), max(longest_q, 1)
     pack = lambda t, index: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
     out = flash4.flash_attn_varlen_func(pack(q, index_q), pack(k, index_k), pack(v, index_k), cu_q, cu_k,
                                         longest_q, longest_k, **options)
