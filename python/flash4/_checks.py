@@ -18,9 +18,21 @@ def _torch_tensor_type():
     return None if torch is None else torch.Tensor
 
 
+def _sym_int(value):
+    """Whether value is a torch.SymInt: a Python int argument that torch.compile traces symbolically (one that
+    changed between calls, or any with dynamic=True)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.SymInt)
+
+
 def _as_int(value, what):
     """value as an int (anything with __index__: numpy and torch integers too); TypeError naming `what` for a
-    bool, a float (never truncated) or a non-number."""
+    bool, a float (never truncated) or a non-number. A torch.SymInt is returned as it is: __index__ would
+    specialize it to its current value, so a traced int that changes (a varlen max_seqlen, a decode position)
+    would recompile the graph on every new value; range checks on it only compare. (Dynamo traces a SymInt
+    argument as an int, which therefore is returned without __index__ too.)"""
+    if (isinstance(value, int) and not isinstance(value, bool)) or _sym_int(value):
+        return value
     if not isinstance(value, bool):
         try:
             return operator.index(value)

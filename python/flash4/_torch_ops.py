@@ -329,8 +329,8 @@ def sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q
     """The ops' optional packed-batch and sink arguments as the library takes them; () for a dense call without
     a sink, which keeps the ops' short argument list."""
     seq = (_index_tensor(cu_seqlens_q, "cu_seqlens_q"), _index_tensor(cu_seqlens_k, "cu_seqlens_k"),
-           _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), int(max_seqlen_q),
-           int(max_seqlen_k), _sink_tensor(learnable_sink))
+           _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), max_seqlen_q,
+           max_seqlen_k, _sink_tensor(learnable_sink))
     if all(x is None for x in seq[:4]) and seq[6] is None and seq[4] == 0 and seq[5] == 0:
         return ()
     return seq
