@@ -91,10 +91,12 @@ def real(name, value):
     return x
 
 
-def arrays(**named):
-    """Arrays of one kind: all torch tensors or none (None entries are skipped), torch tensors on cpu or cuda.
-    The first named array sets the kind."""
+def arrays(allow_meta=False, **named):
+    """Arrays of one kind: all torch tensors or none (None entries are skipped), torch tensors on cpu or cuda,
+    or with allow_meta all on the meta device (whose outputs' shapes the torch custom ops' fake implementations
+    give). The first named array sets the kind."""
     tensor = _torch_tensor_type()
+    all_meta = allow_meta and all(getattr(x, "is_meta", False) for x in named.values() if x is not None)
     first = None
     for name, x in named.items():
         if x is None:
@@ -110,10 +112,9 @@ def arrays(**named):
             else:
                 message = f"{name} must be a torch.Tensor like {first[0]}, got {kind}"
             raise TypeError(f"{message}; pass all arrays as torch tensors or none of them")
-        if is_torch and x.device.type not in _TORCH_DEVICES:
-            raise ValueError(
-                f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"
-            )
+        if is_torch and x.device.type not in _TORCH_DEVICES and not all_meta:
+            also = " (or, for output shapes only, all on meta)" if allow_meta else ""
+            raise ValueError(f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors{also}")
 
 
 def dlpack(**named):
