@@ -74,9 +74,14 @@ def window(window_size):
 def real(name, value):
     """value as a float; TypeError unless it is a real number, ValueError beyond float32's range or for a nonzero
     value that float32 rounds to 0, which the library reads as "default" or "off" (it takes float32; NaN and the
-    sign are left to its own checks)."""
+    sign are left to its own checks). A torch tensor that requires grad (a learnable temperature) is refused: the
+    library takes the option as a constant, so it would silently get no gradient."""
     if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    tensor = _torch_tensor_type()
+    if isinstance(value, tensor or ()) and value.requires_grad and sys.modules["torch"].is_grad_enabled():
+        raise TypeError(f"{name} is a tensor that requires grad, but flash4 takes it as a constant and gives it no "
+                        "gradient: pass a float (or value.item()), or scale q by a learnable factor instead")
     try:
         x = float(value)
     except (TypeError, ValueError):
