@@ -325,6 +325,10 @@ def test_nn_attention_rejects_bad_heads():
         Attention(128, 4, 3)
     with pytest.raises(ValueError, match="multiple of heads"):
         Attention(100, 8)
+    with pytest.raises(ValueError, match=r"heads_kv = 0 must be >= 1"):
+        Attention(64, 4, 0)
+    with pytest.raises(ValueError, match=r"heads = 0 must be >= 1"):
+        Attention(64, 0)
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k,is_causal", [(33, 33, True), (40, 20, True), (20, 40, False)])
