@@ -276,7 +276,11 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, seq = _saved(ctx)
-        dq, dk, dv, dsink = _run_backward(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options, seq)
+        dout = _usable_gradient(dout, out)
+        if through_custom_op(dout=dout, q=q, k=k, v=v):  # e.g. compiled autograd tracing this backward
+            dq, dk, dv, dsink = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *ctx.options, *seq)
+        else:
+            dq, dk, dv, dsink = _run_backward(dout, q, k, v, out, lse, *ctx.options, seq)
         dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 

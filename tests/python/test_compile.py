@@ -112,3 +112,32 @@ def test_kvcache_decode_position_as_int_does_not_recompile_each_step():
     calls = [(torch.randn(2, 1, 4, 16), position) for position in range(2, 14)]
     k_cache.normal_(), v_cache.normal_()
     assert _frames_for(decode, calls) <= 2
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen_sink"])
+def test_compiled_autograd_traces_the_eager_backward(varlen):
+    # Compiled autograd (torchtitan's option next to FSDP2) traces the backward of a forward that ran eagerly:
+    # the eager shortcut's backward must reach the library through the custom op, not a call Dynamo cannot trace.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(10, 4, 32, requires_grad=True) for _ in range(3))
+    sink = torch.zeros(4, requires_grad=True)
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+
+    def loss():
+        if varlen:
+            out = flash4.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True, learnable_sink=sink)
+        else:
+            out = flash4.flash_attn_func(q[None], k[None], v[None], causal=True)
+        return out.square().sum()
+
+    loss().backward()
+    expected = [t.grad.clone() for t in (q, k, v, sink) if t.grad is not None]
+    for t in (q, k, v, sink):
+        t.grad = None
+    torch._dynamo.reset()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+        loss().backward()
+    got = [t.grad for t in (q, k, v, sink) if t.grad is not None]
+    assert len(got) == len(expected) == (4 if varlen else 3)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6)
