@@ -161,7 +161,7 @@ def flash_attn_func(
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     descales = (q_descale, k_descale, v_descale)
-    _checks.arrays(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _checks.arrays(allow_meta=True, q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):
         if _fp8_requested(q, descales):
             return _torch_fp8().attention(q, k, v, descales, scale, bool(causal), left, right, cap, want_lse,
@@ -234,7 +234,7 @@ def flash_attn_varlen_func(
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     descales = (q_descale, k_descale, v_descale)
-    _checks.arrays(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _checks.arrays(allow_meta=True, q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):
         sequences = dict(learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                          seqused_q=seqused_q, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q,

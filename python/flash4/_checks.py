@@ -18,9 +18,21 @@ def _torch_tensor_type():
     return None if torch is None else torch.Tensor
 
 
+def _sym_int(value):
+    """Whether value is a torch.SymInt: a Python int argument that torch.compile traces symbolically (one that
+    changed between calls, or any with dynamic=True)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.SymInt)
+
+
 def _as_int(value, what):
     """value as an int (anything with __index__: numpy and torch integers too); TypeError naming `what` for a
-    bool, a float (never truncated) or a non-number."""
+    bool, a float (never truncated) or a non-number. A torch.SymInt is returned as it is: __index__ would
+    specialize it to its current value, so a traced int that changes (a varlen max_seqlen, a decode position)
+    would recompile the graph on every new value; range checks on it only compare. (Dynamo traces a SymInt
+    argument as an int, which therefore is returned without __index__ too.)"""
+    if (isinstance(value, int) and not isinstance(value, bool)) or _sym_int(value):
+        return value
     if not isinstance(value, bool):
         try:
             return operator.index(value)
@@ -62,9 +74,14 @@ def window(window_size):
 def real(name, value):
     """value as a float; TypeError unless it is a real number, ValueError beyond float32's range or for a nonzero
     value that float32 rounds to 0, which the library reads as "default" or "off" (it takes float32; NaN and the
-    sign are left to its own checks)."""
+    sign are left to its own checks). A torch tensor that requires grad (a learnable temperature) is refused: the
+    library takes the option as a constant, so it would silently get no gradient."""
     if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    tensor = _torch_tensor_type()
+    if isinstance(value, tensor or ()) and value.requires_grad and sys.modules["torch"].is_grad_enabled():
+        raise TypeError(f"{name} is a tensor that requires grad, but flash4 takes it as a constant and gives it no "
+                        "gradient: pass a float (or value.item()), or scale q by a learnable factor instead")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -79,10 +96,12 @@ def real(name, value):
     return x
 
 
-def arrays(**named):
-    """Arrays of one kind: all torch tensors or none (None entries are skipped), torch tensors on cpu or cuda.
-    The first named array sets the kind."""
+def arrays(allow_meta=False, **named):
+    """Arrays of one kind: all torch tensors or none (None entries are skipped), torch tensors on cpu or cuda,
+    or with allow_meta all on the meta device (whose outputs' shapes the torch custom ops' fake implementations
+    give). The first named array sets the kind."""
     tensor = _torch_tensor_type()
+    all_meta = allow_meta and all(getattr(x, "is_meta", False) for x in named.values() if x is not None)
     first = None
     for name, x in named.items():
         if x is None:
@@ -98,10 +117,9 @@ def arrays(**named):
             else:
                 message = f"{name} must be a torch.Tensor like {first[0]}, got {kind}"
             raise TypeError(f"{message}; pass all arrays as torch tensors or none of them")
-        if is_torch and x.device.type not in _TORCH_DEVICES:
-            raise ValueError(
-                f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors"
-            )
+        if is_torch and x.device.type not in _TORCH_DEVICES and not all_meta:
+            also = " (or, for output shapes only, all on meta)" if allow_meta else ""
+            raise ValueError(f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors{also}")
 
 
 def dlpack(**named):

@@ -57,6 +57,8 @@ def flash_attn_with_kvcache(
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
     if q.dim() != 4:  # the outputs are allocated from q's shape before the library sees it
         raise ValueError(f"q must have 4 dimensions (batch, seqlen_q, heads, head_dim), got shape {tuple(q.shape)}")
+    _checks.arrays(allow_meta=True, q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos,
+                   rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx, block_table=block_table)
     from . import _torch_kvcache
 
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)

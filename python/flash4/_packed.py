@@ -69,7 +69,7 @@ def flash_attn_kvpacked_func(
 ):
     """flash_attn_func on q (batch, seqlen_q, heads, head_dim) and kv (batch, seqlen_k, 2, heads_kv, head_dim),
     flash-attn's signature; heads % heads_kv == 0. Returns out or (out, lse); the gradient reaches q and kv."""
-    _checks.arrays(q=q, kv=kv)
+    _checks.arrays(allow_meta=True, q=q, kv=kv)
     k, v = unpack(kv, "kv", _KV, 5, 2)
     return flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap, deterministic, return_lse,
                            learnable_sink=learnable_sink, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
@@ -124,7 +124,7 @@ def flash_attn_varlen_kvpacked_func(
 ):
     """flash_attn_varlen_func on q (total_q, heads, head_dim) and kv (total_k, 2, heads_kv, head_dim),
     flash-attn's signature. Returns out or (out, lse); the gradient reaches q and kv."""
-    _checks.arrays(q=q, kv=kv)
+    _checks.arrays(allow_meta=True, q=q, kv=kv)
     k, v = unpack(kv, "kv", _KV_VARLEN, 4, 2)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                                   causal, window_size, softcap, deterministic, return_lse, seqused_q, seqused_k,

@@ -1,7 +1,7 @@
 """flash4.scaled_dot_product_attention: a stand-in for torch's SDPA on flash4's kernels (SDPA's layout and
 top-left causal mask, expressed as flash_attn_func's bottom-right window)."""
 
-from ._api import flash_attn_func
+from ._api import _is_torch_tensor, flash_attn_func
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -15,6 +15,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                   "flash_attn_func's window_size")
     if dropout_p != 0.0:
         raise NotImplementedError("flash4 has no attention dropout; dropout_p must be 0")
+    for name, t in (("query", query), ("key", key), ("value", value)):  # named in SDPA's layout, before the views
+        if not _is_torch_tensor(t):
+            raise TypeError(f"{name} must be a torch.Tensor (batch, heads, seqlen, head_dim), got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (batch, heads, seqlen, head_dim), got shape "
+                             f"{tuple(t.shape)}")
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # views in flash4's (batch, seqlen, heads, dim)
     window = (-1, -1)
     causal = False

@@ -9,7 +9,7 @@ from torch.utils.dlpack import to_dlpack
 
 from ._native import _C
 from ._torch_ops import (_NO_SEQUENCES, _lse_shape, _out_shape, _sequence_kwargs, _stream, checked_inputs,
-                         sequence_args)
+                         _sequence_tensors, sequence_args, through_custom_op)
 
 Tensor = torch.Tensor
 
@@ -112,7 +112,7 @@ def attention(q, k, v, descales, softmax_scale, causal, window_left, window_righ
     seq = sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
                         learnable_sink)
     options = (softmax_scale, causal, window_left, window_right, softcap)
-    if torch.compiler.is_compiling():
+    if through_custom_op(q=q, k=k, v=v, **dict(zip(_DESCALES, descales)), **_sequence_tensors(seq)):
         out, lse = torch.ops.flash4.fwd_fp8(q, k, v, *descales, *options, *seq)
     else:  # the op's body without its dispatch, whose host time would dominate small calls
         out, lse = _run(q, k, v, *descales, *options, tuple(seq) + _NO_SEQUENCES[len(seq):])

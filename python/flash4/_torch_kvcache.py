@@ -8,7 +8,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from ._native import _C
-from ._torch_ops import _gpu_layout, _last_dim_contiguous, _stream
+from ._torch_ops import _gpu_layout, _last_dim_contiguous, _stream, through_custom_op
 
 Tensor = torch.Tensor
 
@@ -65,12 +65,17 @@ def fwd_kvcache(
                        window_right, softcap, rotary_interleaved, num_splits)
 
 
+# The tensor arguments of flash4::fwd_kvcache, first in its order; learnable_sink after a gap (cache_seqlen).
+_TENSOR_ARGUMENTS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", None,
+                     "cache_batch_idx", "block_table", "learnable_sink")
+
+
 def call(*args):
-    """flash4::fwd_kvcache under torch.compile, for tensor subclasses (fake tensors, modes) and for inputs that
-    require grad (the op's autograd then says it has no backward); the plain call otherwise, with the version
-    bump of the caches an append makes."""
+    """flash4::fwd_kvcache where through_custom_op says (torch.compile, fake and meta tensors, dispatch modes)
+    and for inputs that require grad (the op's autograd then says it has no backward); the plain call otherwise,
+    with the version bump of the caches an append makes."""
     q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
-    if (torch.compiler.is_compiling() or not (type(q) is Tensor and type(k_cache) is Tensor)
+    if (through_custom_op(**{name: t for name, t in zip(_TENSOR_ARGUMENTS, args) if name is not None})
             or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]))):
         return fwd_kvcache(*args)
     out_lse = run_kvcache(*args)

@@ -7,6 +7,7 @@ registered) by `import flash4` wherever torch is installed."""
 from typing import Optional
 
 import torch
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.dlpack import to_dlpack
 
 from . import _checks
@@ -275,20 +276,47 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, seq = _saved(ctx)
-        dq, dk, dv, dsink = _run_backward(_usable_gradient(dout, out), q, k, v, out, lse, *ctx.options, seq)
+        dout = _usable_gradient(dout, out)
+        if through_custom_op(dout=dout, q=q, k=k, v=v):  # e.g. compiled autograd tracing this backward
+            dq, dk, dv, dsink = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *ctx.options, *seq)
+        else:
+            dq, dk, dv, dsink = _run_backward(dout, q, k, v, out, lse, *ctx.options, seq)
         dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
+
+
+# Tensor types that hold their data as they are: nn.Parameter too (a learnable_sink is one), which keeps the eager
+# shortcut.
+_PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+
+def through_custom_op(**named):
+    """Whether a call must go through the custom op rather than its eager shortcut (_EagerAttention, or the
+    op's body called directly): under torch.compile, under a torch dispatch mode (FakeTensorMode,
+    FlopCounterMode, ...), for tensor subclasses (fake tensors) and for meta tensors. Those have no data for the
+    library to read; the op's fake implementation gives their outputs' shapes, dtypes and strides. ValueError
+    for meta tensors mixed with others (named tensors; None entries are skipped), which the op would answer
+    with meta outputs, or the KV-cache op with no append."""
+    tensors = {name: t for name, t in named.items() if t is not None}
+    meta = [name for name, t in tensors.items() if t.is_meta]
+    if meta and len(meta) < len(tensors):
+        other = next(name for name in tensors if name not in meta)
+        raise ValueError(f"{meta[0]} is on the meta device but {other} is on {tensors[other].device}; meta tensors "
+                         "(output shapes only) must not be mixed with tensors that hold data")
+    if meta or torch.compiler.is_compiling() or is_in_torch_dispatch_mode():
+        return True
+    return any(type(t) not in _PLAIN_TENSORS for t in tensors.values())
 
 
 def int32_indices(t, name):
     """An index tensor with torch's default int64 converted to the library's int32 (other dtypes unchanged, for
     the library to name). The cast would wrap values beyond int32, so those of a CPU tensor are checked first;
-    device tensors are not read (that would synchronize), nor traced ones."""
+    device tensors are not read (that would synchronize), nor traced or fake ones."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (int32), got {type(t).__name__}")
     if t.dtype != torch.int64:
         return t
-    if t.device.type == "cpu" and t.numel() > 0 and not torch.compiler.is_compiling():
+    if t.device.type == "cpu" and t.numel() > 0 and not through_custom_op(**{name: t}):
         for value in (int(t.min()), int(t.max())):
             if not _checks.INT32_MIN <= value <= _checks.INT32_MAX:
                 raise ValueError(f"{name} holds {value}, outside int32's range (the library's index type)")
@@ -325,12 +353,18 @@ def checked_inputs(q, k, v, packed):
     return _gpu_layout(q), _gpu_layout(k), _gpu_layout(v)
 
 
+def _sequence_tensors(seq):
+    """The tensors of sequence_args' result by name, for through_custom_op."""
+    names = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", None, None, "learnable_sink")
+    return {name: t for name, t in zip(names, seq) if name is not None}
+
+
 def sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink):
     """The ops' optional packed-batch and sink arguments as the library takes them; () for a dense call without
     a sink, which keeps the ops' short argument list."""
     seq = (_index_tensor(cu_seqlens_q, "cu_seqlens_q"), _index_tensor(cu_seqlens_k, "cu_seqlens_k"),
-           _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), int(max_seqlen_q),
-           int(max_seqlen_k), _sink_tensor(learnable_sink))
+           _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), max_seqlen_q,
+           max_seqlen_k, _sink_tensor(learnable_sink))
     if all(x is None for x in seq[:4]) and seq[6] is None and seq[4] == 0 and seq[5] == 0:
         return ()
     return seq
@@ -345,7 +379,7 @@ def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap
     options = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
     seq = sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
                         learnable_sink)
-    if torch.compiler.is_compiling():
+    if through_custom_op(q=q, k=k, v=v, **_sequence_tensors(seq)):
         out, lse = torch.ops.flash4.fwd(q, k, v, *options, *seq)
     else:
         out, lse = _EagerAttention.apply(q, k, v, *options, *seq)

@@ -34,6 +34,9 @@ class Attention(nn.Module):
     ):
         super().__init__()
         heads_kv = heads if heads_kv is None else heads_kv
+        for name, count in (("heads", heads), ("heads_kv", heads_kv)):
+            if count < 1:
+                raise ValueError(f"{name} = {count} must be >= 1")
         if head_dim is None:
             if dim % heads != 0:
                 raise ValueError(f"dim = {dim} is not a multiple of heads = {heads}; pass head_dim")

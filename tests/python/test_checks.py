@@ -60,6 +60,19 @@ def test_scalar_types_and_ranges(options, error, pattern):
 
 
 @pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
+def test_scalar_tensors_that_require_grad_are_refused(name):
+    # A learnable temperature passed as the option would silently never learn: the library takes a constant.
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x) for x in _qkv())
+    value = torch.tensor(0.25, requires_grad=True)
+    with pytest.raises(TypeError, match=name + r" is a tensor that requires grad, but flash4 takes it as a constant"):
+        flash4.flash_attn_func(q, k, v, **{name: value})
+    with torch.no_grad():
+        flash4.flash_attn_func(q, k, v, **{name: value})
+    flash4.flash_attn_func(q, k, v, **{name: value.detach()})
+
+
+@pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
 def test_scalars_that_round_to_zero_are_refused(name):
     # In float32 1e-46 is 0, which means "the default scale" or "no softcap": not what was asked for.
     q, k, v = _qkv()

@@ -306,3 +306,14 @@ def test_query_of_the_wrong_rank_is_named():
     k_cache = torch.zeros(2, 8, 1, 32)
     with pytest.raises(ValueError, match=r"q must have 4 dimensions \(batch, seqlen_q, heads, head_dim\), got shape"):
         flash4.flash_attn_with_kvcache(torch.zeros(2, 32), k_cache, k_cache, cache_seqlens=3)
+
+
+def test_arguments_that_are_not_tensors_are_named():
+    q = torch.randn(1, 1, 2, 64)
+    cache = torch.zeros(1, 8, 2, 64)
+    with pytest.raises(TypeError, match=r"k_cache must be a torch.Tensor like q, got builtins.list"):
+        flash4.flash_attn_with_kvcache(q, [0.0], cache)
+    with pytest.raises(TypeError, match=r"v must be a torch.Tensor like q, got numpy.ndarray"):
+        flash4.flash_attn_with_kvcache(q, cache, cache.clone(), q[:, :, :2], q[:, :, :2].numpy())
+    with pytest.raises(ValueError, match=r"q is on the meta device; flash4 runs on cpu and cuda tensors"):
+        flash4.flash_attn_with_kvcache(q.to("meta"), cache, cache.clone())

@@ -325,6 +325,10 @@ def test_nn_attention_rejects_bad_heads():
         Attention(128, 4, 3)
     with pytest.raises(ValueError, match="multiple of heads"):
         Attention(100, 8)
+    with pytest.raises(ValueError, match=r"heads_kv = 0 must be >= 1"):
+        Attention(64, 4, 0)
+    with pytest.raises(ValueError, match=r"heads = 0 must be >= 1"):
+        Attention(64, 0)
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k,is_causal", [(33, 33, True), (40, 20, True), (20, 40, False)])
@@ -364,6 +368,12 @@ def test_sdpa_standin_refuses_what_it_cannot_do():
     k = torch.randn(1, 2, 16, 64)
     with pytest.raises(NotImplementedError, match="seqlen_q < seqlen_k"):
         flash4.scaled_dot_product_attention(q, k, k, is_causal=True)
+    # Named in SDPA's layout (not in the transposed views flash4 takes), and not an AttributeError.
+    with pytest.raises(ValueError, match=r"key must have 4 dimensions \(batch, heads, seqlen, head_dim\), got shape "
+                                         r"\(2, 8, 64\)"):
+        flash4.scaled_dot_product_attention(q, q[0], q)
+    with pytest.raises(TypeError, match=r"value must be a torch.Tensor \(batch, heads, seqlen, head_dim\), got list"):
+        flash4.scaled_dot_product_attention(q, q, [0.0])
 
 
 # ---- errors ----------------------------------------------------------------------------------------------
