@@ -139,6 +139,8 @@ def mismatched_calls(group):
         (shards(8), {"causal": rank == 0}),  # another option
         (shards(8), {"window_size": (4, -1) if rank == 0 else (5, -1)}),
         (shards(7), {}),  # the same on every rank, but zigzag needs an even local length
+        ((shards(8)[0], shards(8)[1][..., :8], shards(8)[2]), {}),  # k's head dim is not q's (on every rank)
+        ((shards(8)[0], shards(8)[1][:, :, :1], shards(8)[2]), {}),  # v has more heads than k
     ]
     for (q, k, v), options in scenarios:
         start = time.monotonic()
@@ -148,6 +150,27 @@ def mismatched_calls(group):
             messages.append((str(error), time.monotonic() - start))
         else:
             messages.append((None, time.monotonic() - start))
+    return messages
+
+
+def noncontiguous_and_library_errors(group):
+    """q whose last dimension is not contiguous (the plain call copies it) equals the single-process call; a call
+    the library refuses on every rank mid-ring (softcap < 0 passes the Python checks) leaves the group usable."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    q, k, v, dout = _inputs(11, LOCAL_SEQLEN * world_size, 4, 2, 16)
+    ring = _ring(group, q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v, dout, "zigzag", causal=True)
+    expected = _shard_of_single(_single(q, k, v, dout, causal=True), "zigzag", rank, world_size)
+    errors = [float((a - b).abs().max()) for a, b in zip(ring, expected)]
+    assert max(errors) <= 1e-5 * max(float(expected[0].abs().max()), 1.0), f"(out, lse, dq, dk, dv) differ: {errors}"
+    shards = [f4d.shard_sequence(t, group) for t in (q, k, v)]
+    messages = []
+    for _ in range(3):
+        try:
+            f4d.ring_flash_attn_func(*shards, group, softcap=-1.0, timeout=20)
+        except ValueError as error:
+            messages.append(str(error))
+    out = f4d.ring_flash_attn_func(*shards, group, causal=True, timeout=20)
+    assert torch.allclose(out, expected[0], rtol=0, atol=1e-5)
     return messages
 
 
@@ -186,6 +209,7 @@ PARTS = [
     ("world-3-deterministic-bf16", [1, 2, 3], check_deterministic_and_bf16),
     ("world-2-deterministic-bf16", [2, 3], check_deterministic_and_bf16),
     ("mismatch", [0, 2, 3], mismatched_calls),
+    ("noncontiguous-errors", [0, 3], noncontiguous_and_library_errors),
     ("one-rank", [1], one_rank),
     ("missing-rank", [1, 2], missing_rank),
 ]
@@ -242,7 +266,9 @@ def test_mismatched_ranks_raise_on_every_rank(part_results):
                 "disagree on q.dtype (rank 0: torch.float32, rank 1: torch.float32, rank 2: torch.float64)",
                 "disagree on causal (rank 0: 1, rank 1: 0, rank 2: 0)",
                 "disagree on window_left (rank 0: 4, rank 1: 5, rank 2: 5)",
-                "layout 'zigzag' needs a local sequence length divisible by 2, got q.shape[1] = 7"]
+                "layout 'zigzag' needs a local sequence length divisible by 2, got q.shape[1] = 7",
+                "k.shape[-1] (head_dim) = 8 but q.shape[-1] = 16",
+                "v has 2 heads but k has 1; they must match"]
     assert len(values) == 3
     for rank, messages in values.items():
         assert len(messages) == len(expected)
@@ -250,6 +276,12 @@ def test_mismatched_ranks_raise_on_every_rank(part_results):
             assert message is not None, f"rank {rank}: no error for '{want}'"
             assert want in message, f"rank {rank}: {message!r} lacks {want!r}"
             assert seconds < 20, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def test_noncontiguous_q_and_library_errors_mid_ring(part_results):
+    values = _values(part_results, "noncontiguous-errors")
+    for rank, messages in values.items():
+        assert len(messages) == 3 and all("softcap" in m for m in messages), f"rank {rank}: {messages}"
 
 
 def test_missing_rank_times_out(part_results):

@@ -148,6 +148,10 @@ def mismatched_calls(group):
         ((q, q, q, cu), {"causal": rank == 0}),  # another option
         ((q, q, q, cu), {"learnable_sink": torch.zeros(2) if rank == 2 else None}),
         ((q, q, q, torch.tensor([0, 30, 20, 45])), {}),  # invalid offsets, the same on every rank
+        # q has 3 heads, k and v 2, on every rank; rank 2 holds no token of this batch, so makes no flash4 call.
+        ((torch.zeros(int(rank < 2), 3, 16), q[:int(rank < 2)], q[:int(rank < 2)], [0, 1, 2]), {}),
+        ((q, q[..., :8], q, cu), {}),  # k's head dim is not q's, on every rank
+        ((q, q, q, cu), {"learnable_sink": torch.zeros(2, dtype=torch.int64)}),  # an integer sink
     ]
     messages = []
     for (q_, k_, v_, cu_), options in scenarios:
@@ -159,6 +163,20 @@ def mismatched_calls(group):
         else:
             messages.append((None, time.monotonic() - start))
     return messages
+
+
+def noncontiguous(group):
+    """q, k and v whose last dimension is not contiguous (the plain call copies them) equal the single-process
+    call."""
+    cu = _offsets(LENGTHS)
+    q, k, v, dout, sink = _inputs(5, LENGTHS, 4, 2, 16, True)
+    strided = [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)]
+    ring = _ring(group, cu, *strided, dout, sink, "zigzag", causal=True)
+    single = _single(cu, q, k, v, dout, sink, causal=True)
+    expected = [f4d.shard_varlen(t, cu, group, dim=1 if n == 1 else 0) for n, t in enumerate(single[:5])]
+    errors = [float((a - b).abs().max()) for a, b in zip(ring, expected + [single[5]])]
+    assert max(errors) <= 1e-5 * max(float(single[0].abs().max()), 1.0), f"(out, lse, dq, dk, dv, dsink): {errors}"
+    return True
 
 
 def one_rank(group):
@@ -194,6 +212,7 @@ PARTS = [
     ("world-3", [1, 2, 3], check_cases),
     ("world-3-deterministic", [1, 2, 3], check_deterministic),
     ("mismatch", [0, 2, 3], mismatched_calls),
+    ("noncontiguous", [1, 3], noncontiguous),
     ("one-rank", [1], one_rank),
     ("missing-rank", [1, 2], missing_rank),
 ]
@@ -251,6 +270,9 @@ def test_varlen_mismatched_ranks_raise_on_every_rank(part_results):
         "disagree on causal (rank 0: 1, rank 1: 0, rank 2: 0)",
         "disagree on learnable_sink given (rank 0: 0, rank 1: 0, rank 2: 1)",
         "rank 0: cu_seqlens must be non-decreasing, but cu_seqlens[2] = 20 < cu_seqlens[1] = 30; rank 1: ",
+        "rank 2: q has 3 heads, k and v 2; GQA/MQA needs heads % heads_kv == 0",
+        "rank 0: k.shape[-1] (head_dim) = 8 but q.shape[-1] = 16; q and k must share head_dim",
+        "rank 1: learnable_sink has dtype torch.int64 but must be a floating point tensor (heads,)",
     ]
     assert len(values) == 3
     for rank, messages in values.items():
@@ -259,6 +281,10 @@ def test_varlen_mismatched_ranks_raise_on_every_rank(part_results):
             assert message is not None, f"rank {rank}: no error for '{want}'"
             assert want in message, f"rank {rank}: {message!r} lacks {want!r}"
             assert seconds < 20, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def test_varlen_noncontiguous_inputs(part_results):
+    assert all(_values(part_results, "noncontiguous").values())
 
 
 def test_varlen_missing_rank_times_out(part_results):

@@ -5,7 +5,7 @@ import torch
 from .. import _api as _flash4_api
 from ._layout import check_layout, chunks_per_rank
 from ._ring_attention import RingAttention
-from ._ring_comm import call_signature, check_same_call, make_ring
+from ._ring_comm import call_signature, check_same_call, make_ring, pair_error
 
 _NAME = "flash4.distributed.ring_flash_attn_func"
 
@@ -77,6 +77,9 @@ def _check_shards(q, k, v, world_size, layout):
                 f"{_NAME}: {name}.shape[1] = {t.shape[1]} but q.shape[1] = {q.shape[1]}; ring attention is "
                 "self-attention over one sharded sequence, so every rank's q, k and v shards have the same length"
             )
+    error = pair_error(q, k, v) if world_size > 1 else None  # one rank: the plain call's own errors
+    if error is not None:
+        raise ValueError(f"{_NAME}: {error}")
     parts = chunks_per_rank(layout)
     if q.shape[1] % parts != 0:
         raise ValueError(

@@ -19,6 +19,21 @@ from ._layout import segments
 _TAG_KV, _TAG_DKV = 0, 1  # message streams of the ring (see Ring.start_exchange)
 
 
+def last_dim_contiguous(t):
+    """t as the library's ops take it: a unit stride in the last dimension (flash4.flash_attn_func makes the same
+    copy; a tensor that has one is used as it is)."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def finish_exchanges(*pending):
+    """Waits for the exchanges this rank has started, before an error of its own computation propagates: every
+    rank started the same exchanges, so completing them leaves no message of this call in flight on the group
+    (one left there can stall the group's next operation)."""
+    for exchange in pending:
+        if exchange is not None:
+            exchange.wait()
+
+
 def _usable_gradient(dout, out):
     if dout is None:
         return torch.zeros_like(out)
@@ -37,13 +52,17 @@ def ring_forward(q, k, v, ring, plans, softmax_scale, softcap, deterministic):
         # The next shard arrives while this one is computed on.
         pending = ring.start_exchange(kv, _TAG_KV) if step + 1 < ring.world_size else None
         k_shard, v_shard = kv
-        for call in plan:
-            rows = slice(call.q_lo, call.q_hi)
-            keys = slice(call.k_lo, call.k_hi)
-            out_part, lse_part = torch.ops.flash4.fwd(
-                q[:, rows], k_shard[:, keys], v_shard[:, keys], softmax_scale, False, call.window_left,
-                call.window_right, softcap, deterministic)
-            merge_attention_partials(out_acc[:, rows], lse_acc[:, :, rows], out_part, lse_part)
+        try:
+            for call in plan:
+                rows = slice(call.q_lo, call.q_hi)
+                keys = slice(call.k_lo, call.k_hi)
+                out_part, lse_part = torch.ops.flash4.fwd(
+                    q[:, rows], k_shard[:, keys], v_shard[:, keys], softmax_scale, False, call.window_left,
+                    call.window_right, softcap, deterministic)
+                merge_attention_partials(out_acc[:, rows], lse_acc[:, :, rows], out_part, lse_part)
+        except BaseException:
+            finish_exchanges(pending)
+            raise
         if pending is not None:
             kv = pending.wait()
     return out_acc.to(q.dtype), lse_acc
@@ -60,17 +79,21 @@ def ring_backward(dout, q, k, v, out, lse, ring, plans, softmax_scale, softcap, 
         k_shard, v_shard = kv
         dk_shard = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
         dv_shard = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
-        for call in plan:
-            rows = slice(call.q_lo, call.q_hi)
-            keys = slice(call.k_lo, call.k_hi)
-            # The LSE rows are copied (a few bytes per row): a view starting mid-row is not 16-byte aligned.
-            dq_part, dk_part, dv_part, _ = torch.ops.flash4.bwd(  # the 4th output: dsink (no sink here)
-                dout[:, rows], q[:, rows], k_shard[:, keys], v_shard[:, keys], out[:, rows],
-                lse[:, :, rows].contiguous(), softmax_scale, False, call.window_left, call.window_right, softcap,
-                deterministic)
-            dq[:, rows] += dq_part
-            dk_shard[:, keys] += dk_part
-            dv_shard[:, keys] += dv_part
+        try:
+            for call in plan:
+                rows = slice(call.q_lo, call.q_hi)
+                keys = slice(call.k_lo, call.k_hi)
+                # The LSE rows are copied (a few bytes per row): a view starting mid-row is not 16-byte aligned.
+                dq_part, dk_part, dv_part, _ = torch.ops.flash4.bwd(  # the 4th output: dsink (no sink here)
+                    dout[:, rows], q[:, rows], k_shard[:, keys], v_shard[:, keys], out[:, rows],
+                    lse[:, :, rows].contiguous(), softmax_scale, False, call.window_left, call.window_right,
+                    softcap, deterministic)
+                dq[:, rows] += dq_part
+                dk_shard[:, keys] += dk_part
+                dv_shard[:, keys] += dv_part
+        except BaseException:
+            finish_exchanges(pending_kv, pending_dkv)
+            raise
         if pending_dkv is not None:
             # The dK/dV of this shard accumulated by the ranks it visited before; ranks add in ring order.
             dk_before, dv_before = pending_dkv.wait()
@@ -103,6 +126,7 @@ class RingAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, ring, layout, softmax_scale, causal, window_left, window_right, softcap,
                 deterministic):
         plans = shard_plans(ring, layout, q.shape[1], causal, window_left, window_right)
+        q = last_dim_contiguous(q)
         out, lse = ring_forward(q, k, v, ring, plans, softmax_scale, softcap, deterministic)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.ring = ring

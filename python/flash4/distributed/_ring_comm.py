@@ -44,6 +44,28 @@ class Ring:
         return PendingExchange(dist.batch_isend_irecv(ops), received, self)
 
 
+def pair_error(q, k, v):
+    """The message of the first mismatch between one rank's q, k and v tensors that flash4 would refuse, or None.
+    Checked before the ring starts: a rank whose shard holds no token makes no flash4 call, so an error raised
+    by the calls would reach some ranks and leave the others waiting on the ring."""
+    dims = q.dim()
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"q has dtype {q.dtype}; ring attention takes float32, float16 or bfloat16"
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            return f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match"
+    if dims == 4 and not q.shape[0] == k.shape[0] == v.shape[0]:
+        return f"q, k and v must share the batch size, got {q.shape[0]}, {k.shape[0]} and {v.shape[0]}"
+    heads, heads_kv = q.shape[-2], k.shape[-2]
+    if v.shape[-2] != heads_kv:
+        return f"v has {v.shape[-2]} heads but k has {heads_kv}; they must match"
+    if heads_kv < 1 or heads % heads_kv != 0:
+        return f"q has {heads} heads, k and v {heads_kv}; GQA/MQA needs heads % heads_kv == 0"
+    if k.shape[-1] != q.shape[-1]:
+        return f"k.shape[-1] (head_dim) = {k.shape[-1]} but q.shape[-1] = {q.shape[-1]}; q and k must share head_dim"
+    return None
+
+
 def make_ring(group, timeout, caller):
     if not dist.is_available():
         raise RuntimeError(f"{caller}: this torch build has no torch.distributed")

@@ -8,7 +8,7 @@ import torch
 
 from .. import _api as _flash4_api
 from ._layout import check_layout
-from ._ring_comm import call_signature, check_same_call, make_ring
+from ._ring_comm import call_signature, check_same_call, make_ring, pair_error
 from ._varlen_layout import VarlenLayout, read_cu_seqlens
 from ._varlen_ring import VarlenRingAttention, varlen_ring_plans
 
@@ -125,9 +125,14 @@ def _local_error(q, k, v, layout_, max_seqlen, sink, rank):
         if t.shape[0] != q.shape[0]:
             return (f"{name}.shape[0] = {t.shape[0]} but q.shape[0] = {q.shape[0]}; ring attention is "
                     "self-attention, so q, k and v shards hold the same tokens")
+    error = pair_error(q, k, v) if layout_.world_size > 1 else None  # one rank: the plain call's own errors
+    if error is not None:
+        return error
     if max_seqlen is not None and int(max_seqlen) < _longest(layout_.cu):
         return f"max_seqlen = {int(max_seqlen)} but cu_seqlens has a document of {_longest(layout_.cu)} tokens"
     if sink is not None and (not isinstance(sink, torch.Tensor) or tuple(sink.shape) != (q.shape[1],)):
         shape = tuple(sink.shape) if isinstance(sink, torch.Tensor) else type(sink).__name__
         return f"learnable_sink must be a tensor of shape (heads,) = ({q.shape[1]},), got {shape}"
+    if sink is not None and not sink.is_floating_point() and layout_.world_size > 1:
+        return f"learnable_sink has dtype {sink.dtype} but must be a floating point tensor (heads,)"
     return None

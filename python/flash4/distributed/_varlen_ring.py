@@ -14,6 +14,7 @@ import torch
 from .. import _torch_ops  # noqa: F401  (registers torch.ops.flash4.fwd and .bwd)
 from .._lse_merge import merge_attention_partials
 from ._block_plan import global_band
+from ._ring_attention import finish_exchanges, last_dim_contiguous
 from ._varlen_plan import plan_varlen_step
 
 _TAG_KV, _TAG_DKV = 0, 1  # message streams of the ring (see Ring.start_exchange)
@@ -71,11 +72,15 @@ def varlen_ring_forward(q, k, v, sink, ring, plans, receive_rows, softmax_scale,
     for step, plan in enumerate(plans):
         pending = (ring.start_exchange(kv, _TAG_KV, receive_rows[step]) if step + 1 < ring.world_size else None)
         k_shard, v_shard = kv
-        for call in plan:
-            out_part, lse_part = torch.ops.flash4.fwd(
-                _take(q, call.q_rows), _take(k_shard, call.k_rows), _take(v_shard, call.k_rows),
-                *_call_options(call, softmax_scale, softcap, deterministic))
-            _merge_rows(out_acc, lse_acc, call.q_rows, out_part, lse_part)
+        try:
+            for call in plan:
+                out_part, lse_part = torch.ops.flash4.fwd(
+                    _take(q, call.q_rows), _take(k_shard, call.k_rows), _take(v_shard, call.k_rows),
+                    *_call_options(call, softmax_scale, softcap, deterministic))
+                _merge_rows(out_acc, lse_acc, call.q_rows, out_part, lse_part)
+        except BaseException:
+            finish_exchanges(pending)
+            raise
         if pending is not None:
             kv = pending.wait()
     if sink is not None:
@@ -96,14 +101,18 @@ def varlen_ring_backward(dout, q, k, v, out, lse, sink, ring, plans, receive_row
         k_shard, v_shard = kv
         dk_shard = torch.zeros(k_shard.shape, dtype=torch.float32, device=k.device)
         dv_shard = torch.zeros(v_shard.shape, dtype=torch.float32, device=v.device)
-        for call in plan:
-            rows, keys = call.q_rows, call.k_rows
-            dq_part, dk_part, dv_part, _ = torch.ops.flash4.bwd(  # the 4th output: dsink (the sink is apart)
-                _take(dout, rows), _take(q, rows), _take(k_shard, keys), _take(v_shard, keys), _take(out, rows),
-                _take(lse, rows, dim=1), *_call_options(call, softmax_scale, softcap, deterministic))
-            _add_rows(dq, rows, dq_part)
-            _add_rows(dk_shard, keys, dk_part)
-            _add_rows(dv_shard, keys, dv_part)
+        try:
+            for call in plan:
+                rows, keys = call.q_rows, call.k_rows
+                dq_part, dk_part, dv_part, _ = torch.ops.flash4.bwd(  # the 4th output: dsink (the sink is apart)
+                    _take(dout, rows), _take(q, rows), _take(k_shard, keys), _take(v_shard, keys), _take(out, rows),
+                    _take(lse, rows, dim=1), *_call_options(call, softmax_scale, softcap, deterministic))
+                _add_rows(dq, rows, dq_part)
+                _add_rows(dk_shard, keys, dk_part)
+                _add_rows(dv_shard, keys, dv_part)
+        except BaseException:
+            finish_exchanges(pending_kv, pending_dkv)
+            raise
         if pending_dkv is not None:
             # The dK/dV of this shard accumulated by the ranks it visited before; ranks add in ring order.
             dk_before, dv_before = pending_dkv.wait()
@@ -127,6 +136,7 @@ class VarlenRingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sink, ring, plans, receive_rows, softmax_scale, softcap, deterministic):
+        q = last_dim_contiguous(q)
         out, lse = varlen_ring_forward(q, k, v, sink, ring, plans, receive_rows, softmax_scale, softcap,
                                        deterministic)
         ctx.save_for_backward(q, k, v, out, lse, sink)
