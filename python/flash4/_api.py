@@ -217,8 +217,9 @@ def flash_attn_varlen_func(
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
     flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
-    block_table (flash-attn 2's paged keys and values) must be None. CPU offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to
-    check them on the host too (check_varlen_offsets).
+    block_table (flash-attn 2's paged keys and values) must be None. CPU offsets are checked; CUDA ones are
+    clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too
+    (check_varlen_offsets).
     """
     max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
     max_seqlen_k = _checks.integer("max_seqlen_k", max_seqlen_k, 0)
