@@ -217,22 +217,28 @@ def flash_attn_varlen_func(
     (causal bottom-right in each). seqused_q / seqused_k: optional int32 (batch,): use only the first n tokens of
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
     flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
-    block_table (flash-attn 2's paged keys and values) must be None. CPU offsets are checked; CUDA ones are
+    block_table (int32 (batch, max_pages)): flash-attn 2's paged k, v (num_pages, page_size, heads_kv, head_dim),
+    forward only, for batches whose sequences all have max_seqlen_q queries (decode steps); cu_seqlens_k or
+    seqused_k gives the keys per sequence (flash_attn_with_kvcache's problem). CPU offsets are checked; CUDA ones are
     clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too
     (check_varlen_offsets).
     """
     max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
     max_seqlen_k = _checks.integer("max_seqlen_k", max_seqlen_k, 0)
+    want_lse = bool(return_lse or return_attn_probs)
+    if block_table is not None:  # flash-attn 2's paged keys and values (decode batches)
+        refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
+        from ._paged_varlen import paged_varlen_attention
+
+        return paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                                      seqused_k, block_table, softmax_scale, causal, window_size, softcap,
+                                      learnable_sink, want_lse, (q_descale, k_descale, v_descale))
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         given, missing = ("cu_seqlens_k", "cu_seqlens_q") if cu_seqlens_q is None else ("cu_seqlens_q", "cu_seqlens_k")
         raise ValueError(f"{given} is set but {missing} is not; a packed batch needs both")
     if offsets_check_requested():
         check_varlen_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
-    if block_table is not None:  # flash-attn 2's paged keys and values
-        raise NotImplementedError("flash4's flash_attn_varlen_func reads no paged KV cache; block_table must be None "
-                                  "(flash_attn_with_kvcache takes one)")
-    want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     descales = (q_descale, k_descale, v_descale)
     _checks.arrays(allow_meta=True, q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)

@@ -58,13 +58,14 @@ def test_window_side_none_in_every_entry_point():
     assert np.array_equal(out, flash4.flash_attn_func(q, k, v, window_size=minus_one).numpy())
 
 
-def test_varlen_block_table_is_refused_by_name():
-    # flash_attn 2.x's flash_attn_varlen_func takes a paged KV cache (block_table); flash4's takes none.
+def test_varlen_block_table_takes_decode_batches_only():
+    # flash_attn 2.x's flash_attn_varlen_func takes a paged KV cache (block_table); flash4's runs it for batches
+    # whose sequences all have max_seqlen_q queries (tests/python/test_kvcache.py) and names what it refuses.
     q, k, v = _inputs(batch=1)
     cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 13], dtype=torch.int32)
     call = lambda **kw: flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 5, 7, **kw)  # noqa: E731
     assert torch.equal(call(block_table=None), call())
-    with pytest.raises(NotImplementedError, match="block_table must be None.*flash_attn_with_kvcache"):
+    with pytest.raises(NotImplementedError, match="all have max_seqlen_q queries.*total_q = 9, batch = 2"):
         call(block_table=torch.zeros(2, 1, dtype=torch.int32))
 
 

@@ -317,3 +317,60 @@ def test_arguments_that_are_not_tensors_are_named():
         flash4.flash_attn_with_kvcache(q, cache, cache.clone(), q[:, :, :2], q[:, :, :2].numpy())
     with pytest.raises(ValueError, match=r"q is on the meta device; flash4 runs on cpu and cuda tensors"):
         flash4.flash_attn_with_kvcache(q.to("meta"), cache, cache.clone())
+
+
+def _paged_varlen(c, seqlen_q, **kw):
+    """flash_attn_varlen_func with c's paged cache: q packed, one segment of seqlen_q queries per sequence."""
+    batch = c.q.shape[0]
+    cu_q = torch.arange(batch + 1, dtype=torch.int32) * seqlen_q
+    cu_k = torch.cat([torch.zeros(1, dtype=torch.int32), c.cache_seqlens.cumsum(0).to(torch.int32)])
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=seqlen_q, max_seqlen_k=max(c.lengths),
+                causal=c.causal, window_size=c.window, softcap=c.softcap, learnable_sink=c.sink,
+                block_table=c.block_table, return_lse=True)
+    args.update(kw)
+    return flash4.flash_attn_varlen_func(c.q.flatten(0, 1), c.k_cache, c.v_cache, **args)
+
+
+@pytest.mark.parametrize("seqlen_q", [1, 3])
+@pytest.mark.parametrize("lengths_from", ["cu_seqlens_k", "seqused_k"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_varlen_with_block_table(seqlen_q, lengths_from, page_size):
+    # flash-attn 2's paged varlen call (serving engines' decode step): keys of sequence b in block_table's row b,
+    # as many as cu_seqlens_k's segment b (or seqused_k[b]); lse (heads, total_q) as a packed call returns it.
+    c = Case(3, seqlen_q, 4, 2, [17, 1, 300], page_size=page_size, dtype=torch.float16, causal=True, sink=True,
+             seed=5)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    kw = {} if lengths_from == "cu_seqlens_k" else dict(cu_seqlens_k=None, seqused_k=c.cache_seqlens)
+    out, lse = _paged_varlen(c, seqlen_q, **kw)
+    assert out.shape == (3 * seqlen_q, 4, 64) and lse.shape == (4, 3 * seqlen_q)
+    c.check(out.unflatten(0, (3, seqlen_q)), lse.unflatten(1, (3, seqlen_q)).transpose(0, 1))
+    c.window = (40, 0)  # a window, and the result without lse
+    c.check(_paged_varlen(c, seqlen_q, return_lse=False, **kw).unflatten(0, (3, seqlen_q)),
+            _paged_varlen(c, seqlen_q, **kw)[1].unflatten(1, (3, seqlen_q)).transpose(0, 1))
+
+
+def test_varlen_with_block_table_refusals(monkeypatch):
+    c = Case(2, 2, 4, 2, [17, 40], page_size=16)
+    with pytest.raises(NotImplementedError, match="all have max_seqlen_q queries.*total_q = 4, batch = 2, "
+                                                  "max_seqlen_q = 3"):
+        _paged_varlen(c, 2, max_seqlen_q=3)
+    with pytest.raises(NotImplementedError, match="seqused_q"):
+        _paged_varlen(c, 2, seqused_q=torch.tensor([1, 2], dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="forward only"):
+        c.q.requires_grad_(True)
+        _paged_varlen(c, 2)
+    c.q.requires_grad_(False)
+    with torch.no_grad():
+        c.q.requires_grad_(True)
+        _paged_varlen(c, 2)  # no graph is built: runs
+    c.q = c.q.detach()
+    with pytest.raises(ValueError, match=r"block_table must be \(batch, max_pages\) = \(2, max_pages\)"):
+        _paged_varlen(c, 2, block_table=c.block_table[:1])
+    with pytest.raises(ValueError, match="cu_seqlens_k or seqused_k"):
+        _paged_varlen(c, 2, cu_seqlens_k=None)
+    monkeypatch.setenv("FLASH4_CHECK_OFFSETS", "1")
+    _paged_varlen(c, 2)  # valid offsets pass the host check
+    with pytest.raises(ValueError, match="cu_seqlens_q must be 0, 2, 2 \\* 2"):
+        _paged_varlen(c, 2, cu_seqlens_q=torch.tensor([0, 1, 4], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"keys must be in \[0, 64\]"):
+        _paged_varlen(c, 2, cu_seqlens_k=None, seqused_k=torch.tensor([17, 65], dtype=torch.int32))
