@@ -32,6 +32,26 @@ struct BwdWgmmaConsumer {
   static constexpr int kDqBuffers = Kernel::kDqBuffers;
   static constexpr bool kPersistent = Kernel::kPersistent;
   static constexpr uint32_t kBarDsReady = Kernel::kBarDsReady;
+  static constexpr int kChunks = Kernel::kChunks;
+
+  // Keys past an entry's end in its last key tile (packed or seqused batches) are rows of the caller's tensors
+  // that belong to no sequence or to the next one: any bits, NaN included. P^T hides them by a select, but
+  // dS^T = P^T (dP^T - D) multiplies their dP^T (= V dO^T) by P = 0, and dQ = dS K their K rows: 0 * NaN is
+  // NaN. So each warpgroup zeroes the rows of its 64 keys from `valid_rows` on, in K and V, before its first
+  // matmul of the item (its own barrier orders the stores, the fence makes them visible to wgmma); the dQ
+  // matmul, which also reads the other warpgroup's K rows, comes after the dS barrier both pass.
+  static __device__ __forceinline__ void clear_kv_tail(SharedStorage& s, int wg, int valid_rows) {
+    const int unit = static_cast<int>(threadIdx.x % 8);  // 16-byte unit of a 128-byte chunk row; 16 rows a pass
+    for (int row = max(valid_rows, 0) + static_cast<int>(threadIdx.x % 128) / 8; row < 64; row += 16) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        reinterpret_cast<uint4*>(&s.k[c][wg * 64 + row][0])[unit] = make_uint4(0u, 0u, 0u, 0u);
+        reinterpret_cast<uint4*>(&s.v[c][wg * 64 + row][0])[unit] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    fence_async_shared();
+    named_barrier_sync(Kernel::kBarWg0 + static_cast<uint32_t>(wg), 128);
+  }
 
   // Without softcap P^T and dS^T are two passes, so that the exps run while dP^T is still on the tensor cores:
   // P^T in place in acc_s ...
@@ -133,6 +153,10 @@ struct BwdWgmmaConsumer {
     const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));
 
     if (iterations > 0) mbarrier::wait(&s.kv_full, kv_loads & 1u);
+    if constexpr (Kernel::kPackedEntries) {
+      const int valid_rows = e.seqlen_k - n0 - wg * 64;  // the same for the whole warpgroup
+      if (iterations > 0 && valid_rows < 64) clear_kv_tail(s, wg, valid_rows);
+    }
     // The K, V descriptors are the same for every tile of the item. A persistent CTA builds them once per item and
     // holds them (built in the tile loop, the item loop around it made ptxas rebuild them and the shared-memory
     // base, S2UR SR_CgaCtaId ..., every tile); one item per CTA builds them per tile, where they cost no registers

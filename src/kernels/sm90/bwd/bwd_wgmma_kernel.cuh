@@ -87,8 +87,10 @@ struct BwdWgmmaKernel {
   static constexpr int kChunksV = kChunks;
   static constexpr uint32_t kKBytes = kBlockN * kChunks * 64 * 2, kVBytes = kKBytes;
   static constexpr uint32_t kQBytes = kBlockM * kChunks * 64 * 2, kDoBytes = kQBytes;
-  // Named barrier of both consumer warpgroups: "both halves of dS written".
+  // Named barrier of both consumer warpgroups: "both halves of dS written"; and each one's own.
   static constexpr uint32_t kBarDsReady = static_cast<uint32_t>(NamedBarrier::kBwdDsReady);
+  static constexpr uint32_t kBarWg0 = static_cast<uint32_t>(NamedBarrier::kConsumerWg0);
+  static constexpr bool kPackedEntries = kPacked;
   // dQ staging buffers per consumer warpgroup (a dQ writer adds one while the consumers fill the next). At d = 64
   // (128-row Q tiles double the dS buffers) the second one fits only because the dynamic shared-memory base is
   // declared 1024-aligned (bwd_wgmma_entry.cuh), so no alignment slack is allocated: exactly 227 KB. It pays on

@@ -197,6 +197,25 @@ struct BwdWgmmaRolesKernel {
     }
   }
 
+  // Keys past an entry's end in its last key tile (kPacked) are rows of the caller's tensors that belong to no
+  // sequence or to the next one: any bits, NaN included. P^T hides them by a select, but dS^T = P^T (dP^T - D)
+  // multiplies their dP^T (= V dO^T) by P = 0, and dQ = dS K their K rows: 0 * NaN is NaN. So the S warpgroup
+  // zeroes K's rows from `valid_rows` on (its S^T's A operand) and the dP warpgroup V's (its dP^T's), each before
+  // its first matmul of the item under its own barrier; the dQ matmuls, which read K in both, come after the dS
+  // barrier both pass.
+  template <int kTileChunks>
+  static __device__ __forceinline__ void clear_tail(Element (&tile)[kTileChunks][kBlockN][64], int wg,
+                                                    int valid_rows) {
+    const int unit = static_cast<int>(threadIdx.x % 8);  // 16-byte unit of a 128-byte chunk row; 16 rows a pass
+    for (int row = max(valid_rows, 0) + static_cast<int>(threadIdx.x % 128) / 8; row < kBlockN; row += 16) {
+#pragma unroll
+      for (int c = 0; c < kTileChunks; ++c)
+        reinterpret_cast<uint4*>(&tile[c][row][0])[unit] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    fence_async_shared();
+    named_barrier_sync(kBarWg0 + static_cast<uint32_t>(wg), 128);
+  }
+
   // The S warpgroup: S^T, P^T (handed to the dP warpgroup), dV over all of v's columns, its share of dQ (add_dq).
   template <bool kSoftcap, class Entry>
   static __device__ __forceinline__ void s_loop(const BwdWgmmaParams& P, SharedStorage& s, const Entry& e,
@@ -211,6 +230,9 @@ struct BwdWgmmaRolesKernel {
     const int iterations = gp.heads * range.m_count;
 
     mbarrier::wait(&s.kv_full, 0);
+    if constexpr (kPacked) {
+      if (iterations > 0 && e.seqlen_k - n0 < kBlockN) clear_tail(s.k, kSWarpgroup, e.seqlen_k - n0);
+    }
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     QStep at;
@@ -288,6 +310,10 @@ struct BwdWgmmaRolesKernel {
     const uint32_t st_off = static_cast<uint32_t>(st_row * 128 + (((2 * warp + (lane / 8) % 2) ^ (lane % 8)) * 16));
 
     mbarrier::wait(&s.kv_full, 0);
+    if constexpr (kPacked) {
+      const int valid_rows = e.seqlen_k - n_block * kBlockN;
+      if (iterations > 0 && valid_rows < kBlockN) clear_tail(s.v, kDpWarpgroup, valid_rows);
+    }
     PipelineState<kStages> st;
     int pending = -1;  // deterministic mode: semaphore of the last tile's dQ additions, not yet released
     QStep at;
