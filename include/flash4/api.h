@@ -32,11 +32,11 @@
 //   tensors TMA cannot describe runs one dense backward per sequence and so copies them to the host (a stream
 //   synchronisation; refused inside CUDA graph capture).
 //   The GPU kernels read whole 64..128-row tiles, so rows of a tile past a sequence's used rows (past seqused_q /
-//   seqused_k, or after cu_seqlens[batch]) are read: the forward zeroes those V rows and hides their scores, so
-//   any values in the unused rows of q, k, v are harmless to it; the backward masks their P to 0 but forms
-//   dS = P (dP - D) with their V rows, dQ = dS K with their K rows and dK, dV with their q and dout rows, so
-//   those must hold finite values (a NaN or inf there would turn a product with 0 into NaN); the rows of the
-//   next sequence always do. (Python's opt-in host check,
+//   seqused_k, or after cu_seqlens[batch]) are read: the forward zeroes those V rows and hides their scores, and
+//   the backward zeroes those K and V rows, so any values in the unused rows of k and v are harmless to both, and
+//   those of q to the forward; the backward masks the unused queries' P to 0 but forms dK, dV with their q and
+//   dout rows, so those must hold finite values (a NaN or inf there would turn a product with 0 into NaN); the
+//   rows of the next sequence always do. (Python's opt-in host check,
 //   flash4.check_varlen_offsets / FLASH4_CHECK_OFFSETS=1, copies the offsets to the host and applies the CPU
 //   checks.)
 // Learnable sink (gpt-oss): learnable_sink fp32 (heads) adds one logit sink[h] (natural-log domain: neither

@@ -1,7 +1,7 @@
 // Packed (variable-length) batches and the learnable sink on the Hopper GPU, mirroring tests/cpu/test_varlen.cpp:
 // forward (out, lse) and backward (dq, dk, dv, dsink) of every row against the fp64 reference with the tolerance rule;
 // the issue's length list (0, 1, 17, 127, 128, 129, 1000, 4097), more than 65536 tokens, >= 1000 short segments, ragged
-// q vs k, GQA 8:1, window, softcap, sink, seqused, rows in no segment, NaN in the rows no sequence uses (forward); a
+// q vs k, GQA 8:1, window, softcap, sink, seqused, rows in no segment, NaN in the rows no sequence uses (forward; keys: backward); a
 // packed call equal to per-sequence dense calls bit for bit in deterministic mode; corrupt device offsets clamped (no
 // access outside the tensors: guard rows stay poisoned; run under compute-sanitizer too). Outputs NaN-poisoned before
 // launch.
@@ -108,6 +108,21 @@ TEST(VarlenGpuUnusedRows, NanRowsDoNotReachTheForward) {
       s.seqused_q = {70, 5, 0}, s.seqused_k = {131, 3, 10}, s.pad_q = 5, s.pad_k = 6, s.causal = true;
       s.nan_unused_keys = s.nan_unused_queries = true;
     }));
+  }
+}
+
+// The backward's last key tile of a sequence reads key rows no sequence uses (past seqused_k, after the last
+// segment) and zeroes them in shared memory: NaN there must not reach the gradients. Every head dim's kernel,
+// key counts that leave each warpgroup's half of the tile partly used, wholly used and unused.
+TEST(VarlenGpuUnusedRows, NanKeysDoNotReachTheBackward) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    for (bool deterministic : {false, true}) {
+      run_backward(varlen({150, 7, 66, 40}, {180, 70, 66, 200}, 4, 2, d, kBF16, [&](VarlenSpec& s) {
+        s.seqused_k = {131, 3, 64, 190}, s.pad_k = 6, s.causal = d != 128, s.sink = d == 64;
+        s.deterministic = deterministic, s.nan_unused_keys = true;
+      }));
+    }
   }
 }
 
