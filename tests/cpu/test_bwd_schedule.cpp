@@ -202,31 +202,50 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
             }
 }
 
-// The GQA group split (bwd_group_parts): none where it cannot pay (deterministic, MHA, items that fill the GPU
-// several times), a divisor of the group otherwise, and enough parts to occupy the SMs for MQA after tensor
-// parallelism (one kv head, 32 key tiles); a causal mask's long first items are split further than a full mask's.
+// The GQA group split (bwd_group_parts): none where it cannot pay (MHA, items that fill the GPU several times), a
+// divisor of the group otherwise, and enough parts to occupy the SMs for MQA after tensor parallelism (one kv
+// head, 32 key tiles); a causal mask's long first items are split further than a full mask's.
 TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
   constexpr int kSms = 132;
-  EXPECT_EQ(bwd_group_parts(32, 64, 32 * 64, 8, kSms, /*deterministic=*/true), 1);
-  EXPECT_EQ(bwd_group_parts(32, 64, 32 * 64, 1, kSms, false), 1);
-  EXPECT_EQ(bwd_group_parts(4 * kSms, 64, 4 * kSms * 64, 8, kSms, false), 1);
+  EXPECT_EQ(bwd_group_parts(32, 64, 32 * 64, 1, kSms), 1);
+  EXPECT_EQ(bwd_group_parts(4 * kSms, 64, 4 * kSms * 64, 8, kSms), 1);
   // b = 1, s = 4096, 8 query heads on 1 kv head, d = 128 (64 x 128 tiles): 32 items of 64 Q tiles per head.
-  const int full = bwd_group_parts(32, 64, 32 * 64, 8, kSms, false);
+  const int full = bwd_group_parts(32, 64, 32 * 64, 8, kSms);
   EXPECT_EQ(full, 4);
   // Causal: key tile n sees 64 - 2n Q tiles.
   long long total = 0;
   for (int n = 0; n < 32; ++n) total += 64 - 2 * n;
-  EXPECT_GE(bwd_group_parts(32, 64, total, 8, kSms, false), full);
+  EXPECT_GE(bwd_group_parts(32, 64, total, 8, kSms), full);
   for (int group : {2, 3, 6, 7, 12, 16, 64, 256})
     for (long long items : {1LL, 10LL, 64LL, 131LL, 200LL})
       for (bool causal : {false, true}) {
         const long long total = causal ? items * 8 : items * 16;  // causal: the longest item twice the average
-        const int parts = bwd_group_parts(items, 16, total, group, kSms, false);
+        const int parts = bwd_group_parts(items, 16, total, group, kSms);
         EXPECT_TRUE(parts >= 1 && group % parts == 0) << "group " << group << " items " << items;
         EXPECT_TRUE(parts == 1 || items * parts <= 4LL * kSms) << "group " << group << " items " << items;
       }
   // 128 full items already fill 132 SMs: a split would only add partials.
-  EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms, false), 1);
+  EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms), 1);
+}
+
+// Deterministic mode's split (det_group_parts) depends on the heads alone: the fewest parts (a divisor of the
+// group) that give at least kDetGroupSlots kv slots, the whole group where none does, none for MHA or many kv
+// heads.
+TEST(BwdSchedule, DeterministicGroupSplitFromTheHeadsAlone) {
+  EXPECT_EQ(det_group_parts(1, 1), 1);
+  EXPECT_EQ(det_group_parts(1, 32), 1);
+  EXPECT_EQ(det_group_parts(4, 8), 1);    // 8 kv heads: enough slots already
+  EXPECT_EQ(det_group_parts(8, 2), 4);    // 16 / 2 heads: 8 slots
+  EXPECT_EQ(det_group_parts(4, 4), 2);    // 16 / 4 heads: 8 slots
+  EXPECT_EQ(det_group_parts(16, 1), 8);   // MQA 16: 8 slots
+  EXPECT_EQ(det_group_parts(7, 1), 7);    // no divisor reaches 8 slots: the whole group
+  EXPECT_EQ(det_group_parts(6, 3), 3);    // 9 slots
+  for (int group = 1; group <= 64; ++group)
+    for (int hkv = 1; hkv <= 16; ++hkv) {
+      const int parts = det_group_parts(group, hkv);
+      ASSERT_TRUE(parts >= 1 && group % parts == 0) << group << " / " << hkv;
+      EXPECT_TRUE(parts == group || hkv * parts >= kDetGroupSlots) << group << " / " << hkv;
+    }
 }
 
 // key_tile_steps sums q_range's Q tiles: every Q tile of a full mask, the causal staircase.

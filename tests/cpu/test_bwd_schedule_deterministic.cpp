@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bwd_schedule_case.h"
@@ -164,6 +165,98 @@ TEST(BwdSchedule, DeterministicScheduleCompletesWithFewResidentCtas) {
           check_simulation<WgmmaTileRoles<256>, false>(p256);
         }
       }
+}
+
+// The whole one-item-per-CTA grid of a deterministic launch with GQA groups split into parts (det_group_parts):
+// CTAs launched in block order (item_grid's x fastest) while fewer than `resident` run, each looping over its
+// part's query heads and Q tiles and adding into a (batch, query head, Q tile) semaphore when its releases_before
+// is reached. Returns the rounds to completion, -1 on a deadlock; `semaphores` ends with every count.
+template <class Tile, bool kMasked>
+int simulate_grid(const BwdParams& p, int resident, std::vector<int>& semaphores) {
+  struct Cta {
+    int n, b, h_first, heads, head, next;
+    QRange range;
+  };
+  const GridDims dims = item_grid(p);
+  const long long ctas = static_cast<long long>(dims.x) * dims.y * dims.z;
+  semaphores.assign(static_cast<size_t>(p.batch) * p.heads * p.m_blocks, 0);
+  std::vector<Cta> running;
+  long long launched = 0;
+  int rounds = 0;
+  while (true) {
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [](const Cta& c) { return c.range.m_count == 0 || c.head == c.heads; }),
+                  running.end());
+    while (static_cast<int>(running.size()) < resident && launched < ctas) {
+      const int x = static_cast<int>(launched % dims.x), y = static_cast<int>(launched / dims.x % dims.y);
+      const int z = static_cast<int>(launched / (static_cast<long long>(dims.x) * dims.y));
+      ++launched;
+      const GridItem item = slot_fastest(p) ? GridItem{y, x} : GridItem{x, y};  // as grid_item on the device
+      const int n = key_tile_of_launch<kMasked>(p, item.launch);
+      const GroupPart gp = group_part(p, item.slot);
+      running.push_back({n, z, gp.h_first, gp.heads, 0, 0, q_range<Tile>(p, n)});
+    }
+    running.erase(std::remove_if(running.begin(), running.end(), [](const Cta& c) { return c.range.m_count == 0; }),
+                  running.end());
+    if (running.empty() && launched == ctas) return rounds;
+    if (running.empty()) continue;
+    std::vector<size_t> adds;  // this round's releases, applied together
+    for (Cta& c : running) {
+      const int m = c.range.m_block(c.next);
+      const size_t sem = (static_cast<size_t>(c.b) * p.heads + c.h_first + c.head) * p.m_blocks + m;
+      if (semaphores[sem] == releases_before<Tile, kMasked>(p, m, c.n, 1)) {
+        adds.push_back(sem);
+        if (++c.next == c.range.m_count) c.next = 0, ++c.head;
+      }
+    }
+    if (adds.empty()) return -1;
+    for (size_t sem : adds) ++semaphores[sem];
+    ++rounds;
+  }
+}
+
+// Deterministic launches with split GQA groups: no deadlock however few CTAs are resident (and, in the rotated
+// order, with a slot's CTAs resident together, as det_rotates requires), every (batch, query head, Q tile) added
+// into once per visible key tile, and the one-item-per-CTA grid keeps each slot's key tiles together.
+TEST(BwdSchedule, DeterministicSplitGroupsCompleteWithoutDeadlock) {
+  using Tile = WgmmaTile<64>;
+  for (const Mask& mask : kMasks)
+    for (int sq : {129, 1000})
+      for (int sk : {300, 1013})
+        for (auto [group, heads_kv] : {std::pair{8, 2}, std::pair{16, 1}, std::pair{4, 4}, std::pair{6, 3}})
+          for (int batch : {1, 2}) {
+            SCOPED_TRACE(std::string(mask.name) + " sq " + std::to_string(sq) + " sk " + std::to_string(sk) +
+                         " group " + std::to_string(group) + " hkv " + std::to_string(heads_kv));
+            BwdParams p = make_params<Tile>(sq, sk, mask, true);
+            p.group = group;
+            p.heads_kv = heads_kv;
+            p.heads = group * heads_kv;
+            p.batch = batch;
+            p.group_parts = det_group_parts(group, heads_kv);
+            ASSERT_GT(p.group_parts, 1);
+            ASSERT_FALSE(slot_fastest(p)) << "a slot's key tiles stay together in deterministic mode";
+            const bool rotate = !mask.masked && det_rotates(p.m_blocks, p.n_blocks, p.n_blocks);
+            for (bool rotated : {false, rotate}) {
+              p.det_rotated = rotated;
+              // Rotated: a slot's CTAs resident together (det_rotates' condition), the fewest that allows it.
+              for (int resident : rotated ? std::vector<int>{p.n_blocks, p.n_blocks + 1}
+                                          : std::vector<int>{1, 3, p.n_blocks + 2}) {
+                std::vector<int> semaphores;
+                const int rounds = mask.masked ? simulate_grid<Tile, true>(p, resident, semaphores)
+                                               : simulate_grid<Tile, false>(p, resident, semaphores);
+                ASSERT_GE(rounds, 0) << "deadlock with " << resident << " resident CTAs"
+                                     << (rotated ? " (rotated)" : "");
+                for (int b = 0; b < batch; ++b)
+                  for (int h = 0; h < p.heads; ++h)
+                    for (int m = 0; m < p.m_blocks; ++m) {
+                      int visible = 0;
+                      for (int n = 0; n < p.n_blocks; ++n) visible += tile_visible<Tile>(p, m, n) ? 1 : 0;
+                      ASSERT_EQ(semaphores[(static_cast<size_t>(b) * p.heads + h) * p.m_blocks + m], visible)
+                          << "b " << b << " h " << h << " Q tile " << m;
+                    }
+              }
+            }
+          }
 }
 
 }  // namespace

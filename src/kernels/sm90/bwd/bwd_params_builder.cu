@@ -45,17 +45,17 @@ int bwd_kernel_head_dim_v(int width, int64_t dv) {
   return sm90::bwd::bwd_has_split_kernel(width, static_cast<int>(dv)) ? static_cast<int>(dv) : width;
 }
 
-// How many parts each GQA group's work items take (bwd_schedule.h, bwd_group_parts): the wgmma kernels outside
-// deterministic mode, from the launch's tile shape.
+// How many parts each GQA group's work items take (wgmma kernels): in deterministic mode from the heads alone
+// (det_group_parts), else from the launch's tile shape and lengths (bwd_group_parts).
 int group_parts_for(const sm90::BwdParams& params, const BwdLaunchConfig& launch, int sms) {
   using namespace flash4::sm90::bwd;
+  if (params.deterministic) return det_group_parts(params.group, params.heads_kv);
   const long long items = static_cast<long long>(params.n_blocks) * params.heads_kv * params.batch;
-  if (params.deterministic || params.group <= 1 || items >= 4LL * sms) return 1;  // spares key_tile_steps' loop
+  if (params.group <= 1 || items >= 4LL * sms) return 1;  // spares key_tile_steps' loop
   const KeyTileSteps steps = launch.block_m == 128   ? key_tile_steps<TileShape<128, 128>>(params)
                              : launch.block_n == 128 ? key_tile_steps<TileShape<64, 128>>(params)
                                                      : key_tile_steps<TileShape<64, 64>>(params);
-  return bwd_group_parts(items, steps.longest, steps.total * params.heads_kv * params.batch, params.group, sms,
-                         params.deterministic);
+  return bwd_group_parts(items, steps.longest, steps.total * params.heads_kv * params.batch, params.group, sms);
 }
 
 }  // namespace

@@ -117,18 +117,21 @@ FLASH4_HD BshdStrides partial_strides(const BwdParams& p, int width) {
 
 // Work items: one per (key tile, kv slot, batch), numbered with the key step fastest,
 // w = step + n_blocks (slot + kv_slots b), and the key tile of a step from key_tile_of_launch. With a split GQA
-// group the slot is fastest instead, w = slot + kv_slots (step + n_blocks b): then the first key steps of every
-// slot come first (under a causal mask the longest items, which would otherwise start last and set the time).
+// group outside deterministic mode the slot is fastest instead, w = slot + kv_slots (step + n_blocks b): then the
+// first key steps of every slot come first (under a causal mask the longest items, which would otherwise start
+// last and set the time). Deterministic mode keeps a slot's key tiles together, so that its CTAs wait only on
+// CTAs launched before them and the rotated order finds a slot's CTAs resident together (det_rotates).
 // 32-bit: the host launches only problems with fewer than 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit
 // division is a subroutine call whose registers the producer and dQ writer warps (24 each) do not have.
 struct BwdWork {
   int n_block, slot, b;
 };
+FLASH4_HD bool slot_fastest(const BwdParams& p) { return p.group_parts > 1 && !p.deterministic; }
 template <bool kMasked>
 FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
   const unsigned u = static_cast<unsigned>(w), n_blocks = static_cast<unsigned>(p.n_blocks);
   const unsigned slots = static_cast<unsigned>(kv_slots(p));
-  if (p.group_parts > 1) {
+  if (slot_fastest(p)) {
     const unsigned rest = u / slots, b = rest / n_blocks;
     return {key_tile_of_launch<kMasked>(p, static_cast<int>(rest - b * n_blocks)), static_cast<int>(u - rest * slots),
             static_cast<int>(b)};
@@ -137,8 +140,8 @@ FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
   return {key_tile_of_launch<kMasked>(p, static_cast<int>(u - pair * n_blocks)), static_cast<int>(pair % slots),
           static_cast<int>(pair / slots)};
 }
-// The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch), or (kv slots, n_blocks, batch) with a
-// split group. GridItem is a CTA's (launch position of its key tile, slot).
+// The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch), or (kv slots, n_blocks, batch) where
+// the slot is fastest. GridItem is a CTA's (launch position of its key tile, slot).
 struct GridItem {
   int launch, slot;
 };
@@ -148,7 +151,7 @@ struct GridDims {
 FLASH4_HD GridDims item_grid(const BwdParams& p) {
   const unsigned n = static_cast<unsigned>(p.n_blocks), slots = static_cast<unsigned>(kv_slots(p));
   const unsigned b = static_cast<unsigned>(p.batch);
-  return p.group_parts > 1 ? GridDims{slots, n, b} : GridDims{n, slots, b};
+  return slot_fastest(p) ? GridDims{slots, n, b} : GridDims{n, slots, b};
 }
 FLASH4_HD long long work_items(const BwdParams& p) {
   return static_cast<long long>(p.n_blocks) * kv_slots(p) * p.batch;
@@ -161,13 +164,12 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 // the group divides every item by the parts, at the price of fp32 dK, dV partials and their sum. Model, in Q-tile
 // steps: time(parts) = max(longest item / parts, total / min(SMs, items * parts)) * (1 + 0.04 (parts - 1)), the
 // last factor the partials' traffic (measured in docs/performance.md); the cheapest parts wins, ties to fewer.
-// Deterministic mode keeps whole groups (its results must not depend on the batch around a sequence), as do
-// problems whose items fill the GPU several times over; and items x parts stays within 4 x SMs, which bounds the
-// partials (about 70 MB at most: 528 items of 128 keys x 1 KB of dK + dV per key at d = 128, or 64 x 2 KB at 256)
-// whatever the group size. `longest` and `total`: Q-tile steps of one query head.
-FLASH4_HD int bwd_group_parts(long long items, long long longest, long long total, int group, int sms,
-                              bool deterministic) {
-  if (deterministic || group <= 1 || items <= 0 || longest <= 0 || sms <= 0 || items >= 4LL * sms) return 1;
+// Problems whose items fill the GPU several times over keep whole groups; and items x parts stays within 4 x SMs,
+// which bounds the partials (about 70 MB at most: 528 items of 128 keys x 1 KB of dK + dV per key at d = 128, or
+// 64 x 2 KB at 256) whatever the group size. `longest` and `total`: Q-tile steps of one query head. Deterministic
+// mode splits by det_group_parts instead.
+FLASH4_HD int bwd_group_parts(long long items, long long longest, long long total, int group, int sms) {
+  if (group <= 1 || items <= 0 || longest <= 0 || sms <= 0 || items >= 4LL * sms) return 1;
   const double work = static_cast<double>(total) * group;  // over all items: total per head x the group
   int best = 1;
   double best_time = 0.0;
@@ -184,12 +186,25 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
   return best;
 }
 
+// Deterministic mode: a sequence's gradients must be the same bits whether it runs alone or in a packed batch,
+// so the parts (whose fp32 partials change the order of dK, dV's sums) may depend on the heads only, never on the
+// lengths or the batch: the fewest parts that give at least kDetGroupSlots kv slots (hkv x parts), or the whole
+// group. Few kv heads then still give the GPU work at short lengths; the partials cost at most a dQ
+// accumulator's size again (8 slots x (d + dv) floats per key row against heads x d per query row).
+inline constexpr int kDetGroupSlots = 8;
+FLASH4_HD int det_group_parts(int group, int heads_kv) {
+  if (group <= 1 || heads_kv <= 0) return 1;
+  for (int parts = 1; parts < group; ++parts)
+    if (group % parts == 0 && static_cast<long long>(heads_kv) * parts >= kDetGroupSlots) return parts;
+  return group;
+}
+
 // Whether persistent CTAs pay (non-deterministic d = 64 / 128, bwd_runs_persistent): they pay where an item
 // loops over few Q tiles (the CTA launch they save is a larger share of a short item) and lose slightly on long
 // ones. So at d = 128 they run where an item averages at most 16 Q tiles: the GQA group times the Q rows a key
 // tile sees, all of them without a mask, about half under a band open on one side (causal), at most the band's
-// width under a window. At d = 64 (block_m 128) they gain at every length, so there they always run (docs/performance.md has
-// the measurements).
+// width under a window. At d = 64 (block_m 128) they gain at every length, so there they always run
+// (docs/performance.md has the measurements).
 FLASH4_HD bool bwd_persistent_pays(const BwdParams& p, int block_m) {
   if (block_m == 128) return true;  // d = 64's tile
   const bool lo_open = p.band_lo <= -kBandSentinel, hi_open = p.band_hi >= kBandSentinel;
@@ -232,7 +247,7 @@ __device__ __forceinline__ int claim_next_item(const BwdParams& p) {
 }
 __device__ __forceinline__ GridItem grid_item(const BwdParams& p) {
   const int x = static_cast<int>(blockIdx.x), y = static_cast<int>(blockIdx.y);
-  return p.group_parts > 1 ? GridItem{y, x} : GridItem{x, y};
+  return slot_fastest(p) ? GridItem{y, x} : GridItem{x, y};
 }
 template <bool kMasked>
 __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
