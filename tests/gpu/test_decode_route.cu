@@ -6,11 +6,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "api/backends.h"
 #include "common/attention_case.h"
 #include "common/problem_builder.h"
+#include "common/tolerance_assertion.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
 #include "kernels/sm90/decode/decode_dense.h"
@@ -113,6 +115,40 @@ TEST(DecodeRoute, BackwardOnItsLse) {
   FLASH4_REQUIRE_GPU();
   run_route(make_spec(2, 1, 500, 8, 2, 128, DType::kBFloat16, false), /*backward=*/true);
   run_route(make_spec(1, 8, 300, 4, 1, 64, DType::kBFloat16, true), /*backward=*/true);
+}
+
+// A dense batch with seqused_k: a contiguous cache that each sequence fills to seqused_k[b] (0 and all included).
+TEST(DecodeRoute, DenseSequsedK) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128}) {
+    FLASH4_TEST_RNG(rng);
+    CaseSpec s = make_spec(3, 2, 500, 8, 2, d, kBF16, true);
+    s.sink = true;
+    AttentionTensors t = make_tensors(s, rng, false);
+    HostTensor used = HostTensor::vector(DType::kInt32, 3);
+    const int lengths[3] = {5, 500, 0};
+    std::memcpy(used.data(), lengths, sizeof(lengths));
+    DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), used_dev(used), sink(*t.sink);
+    ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && used_dev.ok() && sink.ok());
+    ForwardArgs args = t.forward_args(s);
+    args.q = q.view(), args.k = k.view(), args.v = v.view(), args.out = out.view(), args.lse = lse.view();
+    args.seqused_k = used_dev.view(), args.learnable_sink = sink.view();
+    const Support support = can_implement(args);
+    if (!support.ok && support.reason.find("not compiled") != std::string::npos) continue;
+    ASSERT_TRUE(support.ok) << support.reason;
+    ASSERT_TRUE(detail::dense_decode_route(args, detail::validate(args)));
+    forward(args);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    FLASH4_TEST_CUDA(out.download());
+    FLASH4_TEST_CUDA(lse.download());
+    ForwardArgs host = t.forward_args(s);
+    host.seqused_k = used.view();
+    const detail::Problem p = make_problem(host);
+    const std::vector<double> qd = t.q.to_double(), kd = t.k.to_double(), vd = t.v.to_double();
+    const ForwardResult ref = reference_forward(p, qd, kd, vd), naive = naive_forward(p, s.dtype, qd, kd, vd);
+    EXPECT_TRUE(within_tolerance("out", t.out.to_double(), ref.out, naive.out, s.dtype)) << d;
+    EXPECT_TRUE(within_tolerance("lse", t.lse.to_double(), ref.lse, naive.lse, DType::kFloat32)) << d;
+  }
 }
 
 // A packed batch through the route (asserted, or asserted not taken with `route` false), judged on every row.
