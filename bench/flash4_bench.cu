@@ -206,7 +206,7 @@ std::vector<int> parse_ints(const char* c) {
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
   bool ablation = false, backward = false, candidates = false, host = false, varlen = false, decode = false;
-  bool fp8 = false;
+  bool fp8 = false, varlen_decode = false;
   std::vector<int> decode_splits = {0};
   int decode_only_batch = 0, decode_only_seqlen = 0;  // --decode-row B:S times that decode row alone (profilers)
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--host")) host = true;
     else if (!std::strcmp(argv[i], "--varlen")) varlen = true;
     else if (!std::strcmp(argv[i], "--decode")) decode = true;
+    else if (!std::strcmp(argv[i], "--varlen-decode")) varlen_decode = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--decode-splits") && i + 1 < argc) decode_splits = parse_ints(argv[++i]);
     else if (!std::strcmp(argv[i], "--decode-row") && i + 1 < argc)
@@ -254,6 +255,10 @@ int main(int argc, char** argv) {
   }
   if (varlen) {
     varlen_bench::run(iters);
+    return 0;
+  }
+  if (varlen_decode) {
+    varlen_bench::run_decode(iters);
     return 0;
   }
   if (fp8) {

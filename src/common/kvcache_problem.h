@@ -9,6 +9,7 @@
 #include "common/host_device.h"
 #include "common/paged_keys.h"
 #include "common/problem.h"
+#include "common/sequence.h"
 
 namespace flash4::detail {
 
@@ -31,9 +32,25 @@ struct KvCacheProblem {
   int64_t seqlen_ro = 0;   // rows of the cos / sin tables
   bool rotary_interleaved = true;
   int num_splits = 0;  // as requested (0 = automatic)
+  // Packed keys (the packed forward's decode route): sequence b's keys are rows cu_seqlens_k[b] .. of one
+  // (total_k, heads_kv, head_dim) tensor, slot 0 of a contiguous cache of total_k rows; cache_seqlens, if set, is
+  // seqused_k. Null = a cache of sequences (the fields above).
+  const int* cu_seqlens_k = nullptr;  // (batch + 1)
+  int64_t total_k = 0;
+
+  // Packed keys: offset and length of sequence b's keys, clamped as the packed forward clamps them.
+  FLASH4_HD SequenceInfo packed_keys(int64_t b) const {
+    SequenceLayout l;
+    l.seqlen_k = capacity;
+    l.total_k = total_k;
+    l.cu_seqlens_k = cu_seqlens_k;
+    l.seqused_k = cache_seqlens;
+    return l.info(b);
+  }
 
   // Keys in sequence b's cache before the append, clamped so that the append fits: [0, capacity - seqlen_new].
   FLASH4_HD int64_t cache_length(int64_t b) const {
+    if (cu_seqlens_k != nullptr) return packed_keys(b).seqlen_k;  // nothing is appended to packed keys
     const int64_t n = cache_seqlens != nullptr ? cache_seqlens[b] : cache_seqlen;
     const int64_t max = capacity - seqlen_new;
     return n < 0 ? 0 : n > max ? max : n;
@@ -43,6 +60,7 @@ struct KvCacheProblem {
 
   // Where sequence b's keys lie in the caches.
   FLASH4_HD PagedKeys keys(int64_t b) const {
+    if (cu_seqlens_k != nullptr) return PagedKeys::contiguous(0, total_k, 1, packed_keys(b).k_offset);
     if (paged) return PagedKeys::paged(block_table + b * block_table_stride, page_size, max_pages, num_slots,
                                       page_shift);
     int64_t slot = cache_batch_idx != nullptr ? cache_batch_idx[b] : b;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kvcache_problem.h"
 #include "common/paged_keys.h"
 #include "kernels/sm90/decode/decode_config.h"
 
@@ -95,6 +96,31 @@ TEST(DecodeConfig, SamePageMatchesLookups) {
   }
   const detail::PagedKeys contiguous = detail::PagedKeys::contiguous(3, 1000, 4);
   EXPECT_TRUE(contiguous.same_page(0, 999));
+}
+
+// Packed keys (the forward's decode route for packed batches): sequence b's keys start at cu_seqlens_k[b] of one
+// slot, clamped as the packed forward clamps them (SequenceLayout::info), seqused_k in cache_seqlens.
+TEST(DecodeConfig, PackedKeysFollowTheOffsets) {
+  const std::vector<int> cu = {0, 5, 5, 40, 30};  // the last segment runs backwards: empty
+  const std::vector<int> used = {3, 9, 100, 4};
+  detail::KvCacheProblem kv;
+  kv.attention.batch = 4;
+  kv.capacity = 32;  // max_seqlen_k
+  kv.total_k = 36;   // the third segment (5 .. 39) is cut at the tensor's end
+  kv.cu_seqlens_k = cu.data();
+  const int64_t lengths[4] = {5, 0, 31, 0}, offsets[4] = {0, 5, 5, 36};
+  for (int64_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(kv.cache_length(b), lengths[b]) << b;
+    EXPECT_EQ(kv.seqlen_k(b), lengths[b]) << b;
+    const detail::PagedKeys keys = kv.keys(b);
+    EXPECT_EQ(keys.at(0).slot, 0);
+    EXPECT_EQ(keys.at(0).row, offsets[b]) << b;
+    EXPECT_EQ(keys.at(2).row, offsets[b] + 2) << b;
+    EXPECT_GE(keys.capacity(), lengths[b]) << b;  // every key the sequence attends to is a row of the tensor
+  }
+  kv.cache_seqlens = used.data();  // seqused_k: at most the segment
+  const int64_t used_lengths[4] = {3, 0, 31, 0};
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(kv.cache_length(b), used_lengths[b]) << b;
 }
 
 TEST(DecodeConfig, SplitHeuristic) {

@@ -1,24 +1,27 @@
-// The dense forward's decode route (src/kernels/sm90/decode/decode_dense.h): flash4::forward problems with few
-// query rows per KV head run on the split-KV decode kernel. Against the fp64 reference (out and LSE, causal
-// bottom-right with seqlen_q < seqlen_k, window, softcap, sink, GQA / MQA), and the backward run on the LSE and
-// output the route wrote.
+// The forward's decode route (src/kernels/sm90/decode/decode_dense.h): flash4::forward problems with few query
+// rows per KV head run on the split-KV decode kernel, dense batches and packed ones whose segments all hold
+// max_seqlen_q queries. Against the fp64 reference (out and LSE, causal bottom-right with seqlen_q < seqlen_k,
+// window, softcap, sink, GQA / MQA, ragged and partly used keys), and the backward run on the LSE and output the
+// route wrote.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "api/backends.h"
 #include "common/attention_case.h"
 #include "common/problem_builder.h"
+#include "common/tolerance_assertion.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
 #include "kernels/sm90/decode/decode_dense.h"
+#include "varlen_device.h"
 
 namespace flash4::test {
 namespace {
 
-#define FLASH4_REQUIRE_GPU() \
-  if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU"
+constexpr DType kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
 
 // Forward on the GPU (asserting that it takes the decode route), checked; then, with `backward`, the GPU backward
 // on that out and LSE, checked against the reference gradients.
@@ -112,6 +115,97 @@ TEST(DecodeRoute, BackwardOnItsLse) {
   FLASH4_REQUIRE_GPU();
   run_route(make_spec(2, 1, 500, 8, 2, 128, DType::kBFloat16, false), /*backward=*/true);
   run_route(make_spec(1, 8, 300, 4, 1, 64, DType::kBFloat16, true), /*backward=*/true);
+}
+
+// A dense batch with seqused_k: a contiguous cache that each sequence fills to seqused_k[b] (0 and all included).
+TEST(DecodeRoute, DenseSequsedK) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128}) {
+    FLASH4_TEST_RNG(rng);
+    CaseSpec s = make_spec(3, 2, 500, 8, 2, d, kBF16, true);
+    s.sink = true;
+    AttentionTensors t = make_tensors(s, rng, false);
+    HostTensor used = HostTensor::vector(DType::kInt32, 3);
+    const int lengths[3] = {5, 500, 0};
+    std::memcpy(used.data(), lengths, sizeof(lengths));
+    DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), used_dev(used), sink(*t.sink);
+    ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && used_dev.ok() && sink.ok());
+    ForwardArgs args = t.forward_args(s);
+    args.q = q.view(), args.k = k.view(), args.v = v.view(), args.out = out.view(), args.lse = lse.view();
+    args.seqused_k = used_dev.view(), args.learnable_sink = sink.view();
+    const Support support = can_implement(args);
+    if (!support.ok && support.reason.find("not compiled") != std::string::npos) continue;
+    ASSERT_TRUE(support.ok) << support.reason;
+    ASSERT_TRUE(detail::dense_decode_route(args, detail::validate(args)));
+    forward(args);
+    FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+    FLASH4_TEST_CUDA(out.download());
+    FLASH4_TEST_CUDA(lse.download());
+    ForwardArgs host = t.forward_args(s);
+    host.seqused_k = used.view();
+    const detail::Problem p = make_problem(host);
+    const std::vector<double> qd = t.q.to_double(), kd = t.k.to_double(), vd = t.v.to_double();
+    const ForwardResult ref = reference_forward(p, qd, kd, vd), naive = naive_forward(p, s.dtype, qd, kd, vd);
+    EXPECT_TRUE(within_tolerance("out", t.out.to_double(), ref.out, naive.out, s.dtype)) << d;
+    EXPECT_TRUE(within_tolerance("lse", t.lse.to_double(), ref.lse, naive.lse, DType::kFloat32)) << d;
+  }
+}
+
+// A packed batch through the route (asserted, or asserted not taken with `route` false), judged on every row.
+void run_packed(const VarlenSpec& s, bool route = true) {
+  SCOPED_TRACE(s.name());
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, false);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  const ForwardArgs args = dev.forward_args(s, t);
+  const Support support = can_implement(args);
+  if (!support.ok && support.reason.find("not compiled") != std::string::npos) return;
+  ASSERT_TRUE(support.ok) << support.reason;
+  ASSERT_EQ(detail::dense_decode_route(args, detail::validate(args)), route);
+  forward(args);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  FLASH4_TEST_CUDA(dev.download(t.out));
+  FLASH4_TEST_CUDA(dev.download(t.lse));
+  EXPECT_TRUE(check_varlen_forward(s, t));
+}
+
+std::vector<int> repeat(int value, size_t n) { return std::vector<int>(n, value); }
+
+// Packed decode batches (every segment max_seqlen_q queries, keys ragged: the issue's lengths, empty segments,
+// seqused_k, keys past the used ones NaN): the keys of sequence b start at cu_seqlens_k[b] of one packed tensor.
+TEST(DecodeRoute, PackedBatches) {
+  FLASH4_REQUIRE_GPU();
+  const std::vector<int> keys = {0, 1, 17, 127, 128, 129, 1000, 4097};
+  for (int64_t d : {64, 128, 256}) {
+    const DType dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    run_packed(varlen(repeat(1, keys.size()), keys, 32, 8, d, dtype, [](VarlenSpec& s) { s.causal = true; }));
+    run_packed(varlen(repeat(4, 4), {5, 300, 64, 4}, 16, 2, d, dtype, [](VarlenSpec& s) {
+      s.causal = true, s.sink = true;  // 32 rows per KV head: the 64-row tile
+    }));
+  }
+  run_packed(varlen(repeat(16, 3), {2000, 16, 700}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.causal = true, s.window_left = 300, s.softcap = 15.0f;  // 64 rows
+  }));
+  run_packed(varlen(repeat(2, 3), {300, 90, 70}, 4, 1, 128, kBF16, [](VarlenSpec& s) {
+    s.seqused_k = {180, 0, 10}, s.causal = true, s.pad_k = 7, s.nan_unused_keys = true;
+  }));
+  run_packed(varlen(repeat(1, 2), {100003, 33}, 4, 1, 128, kBF16, [](VarlenSpec& s) { s.sink = true; }));  // splits
+  run_packed(varlen(repeat(3, 2), {250, 9}, 6, 3, 96, kBF16, [](VarlenSpec& s) {
+    s.layout = Layout::kStrided, s.causal = true;  // padded head dim, strided rows
+  }));
+  std::vector<int> many;
+  for (int b = 0; b < 1200; ++b) many.push_back(1 + (b * 53) % 64);
+  run_packed(varlen(repeat(1, many.size()), many, 8, 8, 64, kBF16, [](VarlenSpec& s) { s.causal = true; }));
+}
+
+// Batches the route must leave to the packed forward kernel: segments of different query counts, rows after the
+// last segment, partly used queries.
+TEST(DecodeRoute, PackedBatchesItLeaves) {
+  FLASH4_REQUIRE_GPU();
+  run_packed(varlen({1, 2, 1}, {40, 300, 7}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
+  run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.pad_q = 3; }), false);
+  run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.seqused_q = {1, 2}; }), false);
 }
 
 }  // namespace

@@ -217,22 +217,62 @@ void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream 
 
 bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
   // Few query rows per KV head (seqlen_q <= 16: the dense kernel's 128-row tile would be at most 1/8 used and
-  // would read K / V once per query head) and no packed or partial sequences (the decode kernel's dense view).
-  if (p.varlen() || p.seqused_q != nullptr || p.seqused_k != nullptr || p.split_head_dims()) return false;
+  // would read K / V once per query head), every sequence with all its queries. A packed batch qualifies when
+  // total_q = batch * max_seqlen_q: no segment is longer than max_seqlen_q, so each has exactly max_seqlen_q
+  // queries and q is a (batch, max_seqlen_q) view; its keys may be ragged (cu_seqlens_k, seqused_k).
+  if (p.seqused_q != nullptr || p.split_head_dims()) return false;
+  if (p.varlen() && p.total_q != p.batch * p.seqlen_q) return false;
+  if (a.lse.data != nullptr && a.lse.stride[a.lse.rank - 1] != 1) return false;  // the kernel's LSE rows are dense
   if (p.seqlen_q > 16 || p.seqlen_q * p.group() > 64 || p.seqlen_k == 0) return false;
   if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
   return decode_refusal(a.q, p.head_dim, {&a.q, &a.k, &a.v, &a.out}).empty();
 }
 
+namespace {
+
+// A packed (total, heads, head_dim) tensor as (sequences, rows_per_sequence, heads, head_dim).
+TensorView uniform_segments(const TensorView& t, int64_t sequences, int64_t rows) {
+  TensorView v = t;
+  v.rank = 4;
+  v.shape[0] = sequences;
+  v.shape[1] = rows;
+  v.shape[2] = t.shape[1];
+  v.shape[3] = t.shape[2];
+  v.stride[0] = rows * t.stride[0];
+  v.stride[1] = t.stride[0];
+  v.stride[2] = t.stride[1];
+  v.stride[3] = t.stride[2];
+  return v;
+}
+
+}  // namespace
+
 void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t stream) {
-  // The dense batch as a contiguous cache holding every sequence's seqlen_k keys, nothing appended.
+  // The batch as a contiguous cache of the keys, nothing appended: dense, every sequence's seqlen_k keys (or
+  // seqused_k of them); packed, one slot of total_k rows in which sequence b starts at cu_seqlens_k[b].
   KvCacheProblem kv;
   kv.attention = p;
-  kv.num_slots = p.batch;
-  kv.page_size = p.seqlen_k;
   kv.capacity = p.seqlen_k;
   kv.cache_seqlen = p.seqlen_k;
-  run_attention(kv, a.q, a.k, a.v, a.out, a.lse, stream);
+  kv.cache_seqlens = p.seqused_k;
+  if (!p.varlen()) {
+    kv.num_slots = p.batch;
+    kv.page_size = p.seqlen_k;
+    return run_attention(kv, a.q, a.k, a.v, a.out, a.lse, stream);
+  }
+  kv.num_slots = 1;
+  kv.page_size = p.total_k;
+  kv.cu_seqlens_k = p.cu_seqlens_k;
+  kv.total_k = p.total_k;
+  // lse (heads, total_q) as (batch, heads, seqlen_q): row i of sequence b is column b * seqlen_q + i.
+  TensorView lse = a.lse;
+  if (lse.data != nullptr) {
+    lse.rank = 3;
+    lse.stride[1] = a.lse.stride[0];
+    lse.stride[0] = p.seqlen_q * a.lse.stride[1];
+  }
+  run_attention(kv, uniform_segments(a.q, p.batch, p.seqlen_q), uniform_segments(a.k, 1, p.total_k),
+                uniform_segments(a.v, 1, p.total_k), uniform_segments(a.out, p.batch, p.seqlen_q), lse, stream);
 }
 
 }  // namespace flash4::detail
