@@ -1,10 +1,11 @@
 """Decode (one query token against a KV cache) in ONE process: flash4.flash_attn_with_kvcache (contiguous and
-paged caches), flash4.flash_attn_func (its decode route), cuDNN SDPA, and FlashAttention-4's flash_attn_func
-(`from flash_attn.cute import flash_attn_func`) when importable; the rows of issue #19 (GQA 32/8, head_dim 128,
-bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls (us), the KV
-read bandwidth (TB/s), the median single synchronized call (us) and the median CUDA-graph replay of one captured
-call (us_graph: kernel time without the host's per-call cost, the way a serving loop that captures its decode step
-runs). Cache copies are rotated so that the working set exceeds L2."""
+paged caches), flash4.flash_attn_func (its decode route), flash4.flash_attn_varlen_func on a paged cache
+(block_table, one query per sequence: a serving engine's decode call), cuDNN SDPA, and FlashAttention-4's
+flash_attn_func (`from flash_attn.cute import flash_attn_func`) when importable; the rows of issue #19 (GQA 32/8,
+head_dim 128, bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls
+(us), the KV read bandwidth (TB/s), the median single synchronized call (us) and the median CUDA-graph replay of
+one captured call (us_graph: kernel time without the host's per-call cost, the way a serving loop that captures its
+decode step runs). Cache copies are rotated so that the working set exceeds L2."""
 
 import argparse
 import json
@@ -15,11 +16,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa_bench import median_ms, single_call_ms  # noqa: E402
 
 ROWS = ((1, 8192), (1, 65536), (1, 131072), (8, 8192), (8, 32768), (32, 16384), (64, 4096), (128, 2048))
-IMPLS = ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16", "flash4_func", "cudnn", "fa4")
+IMPLS = ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16", "flash4_func",
+         "flash4_varlen_paged256", "cudnn", "fa4")
 
 
 def make_impls(names, log):
     """{name: fn(q, k, v, seqlens, table, page) -> out} for the names whose packages import."""
+    import torch
+
     fns = {}
     if any(n.startswith("flash4") for n in names):
         try:
@@ -30,6 +34,17 @@ def make_impls(names, log):
             for n in ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16"):
                 fns[n] = kvcache
             fns["flash4_func"] = lambda q, k, v, seqlens, table, page: flash4.flash_attn_func(q, k, v)
+
+            offsets = {}  # cu_seqlens_q per batch, built once as an engine keeps it
+
+            def varlen_paged(q, k, v, seqlens, table, page):  # a serving engine's paged varlen decode call
+                batch = q.shape[0]
+                if batch not in offsets:
+                    offsets[batch] = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+                cu_q = offsets[batch]
+                return flash4.flash_attn_varlen_func(q.flatten(0, 1), k, v, cu_q, None, 1, k.shape[1] * table.shape[1],
+                                                     seqused_k=seqlens, block_table=table)
+            fns["flash4_varlen_paged256"] = varlen_paged
         except Exception as e:
             log(f"flash4 left out: {type(e).__name__}: {e}")
     if "cudnn" in names:
