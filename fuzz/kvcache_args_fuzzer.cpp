@@ -1,7 +1,7 @@
 // libFuzzer target for flash4::forward_kvcache's arguments (fuzz/README.md). Each input describes a KvCacheArgs:
 // q, a contiguous or paged cache, optional new keys and values (the in-place append), rotary tables, host index
-// tensors (cache_seqlens, cache_batch_idx, block_table) holding valid or corrupt values, masks, softcap, the sink
-// and num_splits, with every view open to the corruptions of fuzz_args.h. Properties:
+// tensors (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) holding valid or corrupt values, masks,
+// softcap, the sink and num_splits, with every view open to the corruptions of fuzz_args.h. Properties:
 //   - can_implement and forward_kvcache either accept or throw flash4::Error whose message starts with
 //     "flash4::forward_kvcache: "; any other exception, a crash or a sanitizer report is a finding;
 //   - a call that throws leaves the arena untouched (neither the outputs nor the caches are written);
@@ -88,6 +88,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.cache_batch_idx = pick_vector(in, batch, flash4::DType::kInt32);
     fill_values(in, a.cache_batch_idx, 0, static_cast<int32_t>(slots) - 1);
     all.push_back(&a.cache_batch_idx);
+  }
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {  // with a paged cache: refused by name
+    a.cache_leftpad = pick_vector(in, batch, flash4::DType::kInt32);
+    fill_values(in, a.cache_leftpad, 0, static_cast<int32_t>(capacity));
+    all.push_back(&a.cache_leftpad);
   }
   if (in.ConsumeIntegralInRange<int>(0, 2) == 0) {
     a.learnable_sink = pick_vector(in, heads, flash4::DType::kFloat32);

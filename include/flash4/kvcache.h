@@ -10,6 +10,10 @@
 //   cache_seqlens     int32 (batch): keys already in sequence b's cache. Absent: every sequence has cache_seqlen
 //                     keys (-1 = the whole cache: seqlen_cache, or max_pages * page_size).
 //   cache_batch_idx   int32 (batch), contiguous caches only: sequence b uses cache row cache_batch_idx[b] (default b).
+//   cache_leftpad     int32 (batch), contiguous caches only (flash-attn's): sequence b's keys start at row
+//                     cache_leftpad[b] of its cache row, so it holds rows cache_leftpad[b] .. cache_seqlens[b] - 1
+//                     (cache_seqlens still counts from row 0) and the append writes at cache_seqlens[b]. Rotary
+//                     angles are taken at rows (as in flash-attn: the padding counts in the positions).
 //   k, v              (batch, seqlen_new, heads_kv, head_dim), optional, both or neither: written into the cache at
 //                     positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending (in place:
 //                     k_cache / v_cache are modified). Sequence b then attends to cache_seqlens[b] + seqlen_new keys.
@@ -26,8 +30,8 @@
 // buffer (interleaved) but must not share elements.
 //
 // Host-resident index tensors (CPU) are checked exactly: cache_seqlens[b] + seqlen_new within the cache (the
-// sequence's pages), cache_batch_idx in [0, batch_cache), the block_table entries a sequence uses in
-// [0, num_pages), rotary positions < seqlen_ro. Device-resident ones cannot be read without a synchronisation:
+// sequence's pages), cache_batch_idx in [0, batch_cache), cache_leftpad[b] in [0, cache_seqlens[b]], the
+// block_table entries a sequence uses in [0, num_pages), rotary positions < seqlen_ro. Device-resident ones cannot be read without a synchronisation:
 // they are clamped into those ranges, so bad values give wrong results but never an access outside the tensors.
 //
 // num_splits: the keys of each (sequence, head) are split into this many parts computed independently (partial
@@ -47,6 +51,7 @@ struct KvCacheArgs {
   TensorView cache_seqlens;           // optional int32 (batch)
   int64_t cache_seqlen = -1;          // used when cache_seqlens is absent; -1 = the whole cache
   TensorView cache_batch_idx;         // optional int32 (batch), contiguous caches only
+  TensorView cache_leftpad;           // optional int32 (batch), contiguous caches only
   TensorView block_table;             // optional int32 (batch, max_pages): a paged cache
   TensorView out;
   TensorView lse;                     // optional

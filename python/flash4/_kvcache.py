@@ -40,25 +40,26 @@ def flash_attn_with_kvcache(
     cache_seqlens + i (causal or windowed) or at cache_seqlens (otherwise); rotary_interleaved picks the
     pairs (0, 1), (2, 3), ... or GPT-NeoX's (i, i + rotary_dim / 2). cache_seqlens: int or int32 (batch,) keys
     already cached (None = the whole cache). cache_batch_idx: int32 (batch,) cache rows of a contiguous cache.
+    cache_leftpad: int32 (batch,), contiguous caches only (flash-attn's): sequence b's keys are rows
+    cache_leftpad[b] .. cache_seqlens[b] - 1 of its cache row (rotary angles at the rows, padding included).
     int64 index tensors are converted to int32.
     causal is aligned bottom-right (the queries are the last positions); window_size (left, right), -1 =
     unbounded; softcap 0 = off; num_splits 0 = automatic (1 .. 128: split the keys in that many parts, merged
     by their LSE); learnable_sink: None or a float tensor (heads,), used in float32. Returns out (like q) or
-    (out, lse) with lse (batch, heads, seqlen_q) float32 when return_softmax_lse. cache_leftpad and alibi_slopes
-    (flash-attn's) are not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim a multiple of 8 up
+    (out, lse) with lse (batch, heads, seqlen_q) float32 when return_softmax_lse. alibi_slopes (flash-attn's) is
+    not implemented and must be None. CUDA tensors (bf16 / fp16, head_dim a multiple of 8 up
     to 256, sm_90) run the split-KV decode kernel, or the dense forward kernel for chunked prefill, without a
     host synchronisation (CUDA-graph capturable); other GPU configurations raise NotImplementedError with the
     reason.
     """
-    if cache_leftpad is not None:
-        raise NotImplementedError("flash4 does not implement cache_leftpad; it must be None")
     refuse_unimplemented(alibi_slopes=alibi_slopes)
     if not _is_torch_tensor(q):
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
     if q.dim() != 4:  # the outputs are allocated from q's shape before the library sees it
         raise ValueError(f"q must have 4 dimensions (batch, seqlen_q, heads, head_dim), got shape {tuple(q.shape)}")
     _checks.arrays(allow_meta=True, q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos,
-                   rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx, block_table=block_table)
+                   rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx, block_table=block_table,
+                   cache_leftpad=cache_leftpad)
     from . import _torch_kvcache
 
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
@@ -74,12 +75,13 @@ def flash_attn_with_kvcache(
     from ._torch_ops import _sink_tensor, int32_indices
 
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
-    seqlens, cache_batch_idx, block_table = (
+    seqlens, cache_batch_idx, block_table, cache_leftpad = (
         None if t is None else int32_indices(t, name)
-        for t, name in ((seqlens, "cache_seqlens"), (cache_batch_idx, "cache_batch_idx"), (block_table, "block_table")))
+        for t, name in ((seqlens, "cache_seqlens"), (cache_batch_idx, "cache_batch_idx"),
+                        (block_table, "block_table"), (cache_leftpad, "cache_leftpad")))
     # The sink in float32, as flash_attn_func takes it (a bf16 / fp16 parameter is cast).
     learnable_sink = _sink_tensor(learnable_sink)
     out, lse = _torch_kvcache.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
-        learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)
+        cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)
     return (out, lse) if return_softmax_lse else out

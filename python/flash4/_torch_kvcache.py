@@ -18,8 +18,8 @@ def _dl(t):
 
 
 def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen, cache_batch_idx,
-                block_table, learnable_sink, softmax_scale, causal, window_left, window_right, softcap,
-                rotary_interleaved, num_splits):
+                block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left, window_right,
+                softcap, rotary_interleaved, num_splits):
     """The call itself: out, lse. Eager callers use it directly (the custom op's dispatch costs host time on
     every decode step) and bump the caches' versions when they append, as the op's mutates_args would."""
     # Inputs need a unit stride in the last dimension, and on the GPU 16-byte aligned rows (copied where they
@@ -27,14 +27,15 @@ def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens
     # if their layout does not fit).
     q, k, v = (None if t is None else _gpu_layout(t) for t in (q, k, v))
     rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t) for t in (rotary_cos, rotary_sin))
-    cache_seqlens, cache_batch_idx, block_table, learnable_sink = (
-        None if t is None else t.contiguous() for t in (cache_seqlens, cache_batch_idx, block_table, learnable_sink))
+    cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink = (
+        None if t is None else t.contiguous()
+        for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
                        _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
-                       to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal, window_left,
-                       window_right, softcap, rotary_interleaved, num_splits, _stream(q))
+                       _dl(cache_leftpad), to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal,
+                       window_left, window_right, softcap, rotary_interleaved, num_splits, _stream(q))
     return out, lse
 
 
@@ -51,6 +52,7 @@ def fwd_kvcache(
     cache_seqlen: int,
     cache_batch_idx: Optional[Tensor],
     block_table: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
     learnable_sink: Optional[Tensor],
     softmax_scale: float,
     causal: bool,
@@ -61,13 +63,13 @@ def fwd_kvcache(
     num_splits: int,
 ) -> tuple[Tensor, Tensor]:
     return run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
-                       cache_batch_idx, block_table, learnable_sink, softmax_scale, causal, window_left,
+                       cache_batch_idx, block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left,
                        window_right, softcap, rotary_interleaved, num_splits)
 
 
-# The tensor arguments of flash4::fwd_kvcache, first in its order; learnable_sink after a gap (cache_seqlen).
+# The tensor arguments of flash4::fwd_kvcache, first in its order; the last four after a gap (cache_seqlen).
 _TENSOR_ARGUMENTS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", None,
-                     "cache_batch_idx", "block_table", "learnable_sink")
+                     "cache_batch_idx", "block_table", "cache_leftpad", "learnable_sink")
 
 
 def call(*args):
@@ -86,8 +88,8 @@ def call(*args):
 
 @fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
-                      cache_batch_idx, block_table, learnable_sink, softmax_scale, causal, window_left, window_right,
-                      softcap, rotary_interleaved, num_splits):
+                      cache_batch_idx, block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left,
+                      window_right, softcap, rotary_interleaved, num_splits):
     out = q.new_empty(q.shape)
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return out, lse

@@ -30,7 +30,7 @@ struct KvCacheInputs {
   OutArray k_cache, v_cache;
   Opt k, v, rotary_cos, rotary_sin, cache_seqlens;
   int64_t cache_seqlen;
-  Opt cache_batch_idx, block_table;
+  Opt cache_batch_idx, block_table, cache_leftpad;
   OutArray out;
   std::optional<OutArray> lse;
   Opt learnable_sink;
@@ -47,6 +47,7 @@ KvCacheArgs make_args(const KvCacheInputs& in, float softmax_scale, bool causal,
       {&in.v, {&a.v, {"v", kAttentionRank}}},
       {&in.cache_seqlens, {&a.cache_seqlens, {"cache_seqlens", kVectorRank}}},
       {&in.cache_batch_idx, {&a.cache_batch_idx, {"cache_batch_idx", kVectorRank}}},
+      {&in.cache_leftpad, {&a.cache_leftpad, {"cache_leftpad", kVectorRank}}},
       {&in.learnable_sink, {&a.learnable_sink, {"learnable_sink", kVectorRank}}}};
   for (const auto& [array, field] : optional)
     if (array->has_value()) *field.first = to_view(**array, field.second.first, field.second.second);
@@ -75,6 +76,7 @@ void bind_kvcache(nb::module_& m) {
       "forward_kvcache",
       [](const InArray& q, const OutArray& k_cache, const OutArray& v_cache, Opt k, Opt v, Opt rotary_cos,
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
+         Opt cache_leftpad,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
          int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, uintptr_t stream) {
         const KvCacheInputs in{q,
@@ -88,6 +90,7 @@ void bind_kvcache(nb::module_& m) {
                                cache_seqlen,
                                std::move(cache_batch_idx),
                                std::move(block_table),
+                               std::move(cache_leftpad),
                                out,
                                std::move(lse),
                                std::move(learnable_sink)};
@@ -97,7 +100,8 @@ void bind_kvcache(nb::module_& m) {
         flash4::forward_kvcache(a, reinterpret_cast<Stream>(stream));
       },
       "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(), "rotary_cos"_a.none(), "rotary_sin"_a.none(),
-      "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(), "out"_a,
+      "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(),
+      "cache_leftpad"_a.none(), "out"_a,
       "lse"_a.none(), "learnable_sink"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a, "window_right"_a,
       "softcap"_a, "rotary_interleaved"_a, "num_splits"_a, "stream"_a = 0,
       "KV-cache attention into preallocated out (and lse, or None); appends k, v to the caches in place.");
@@ -105,6 +109,7 @@ void bind_kvcache(nb::module_& m) {
       "can_implement_kvcache",
       [](const InArray& q, const OutArray& k_cache, const OutArray& v_cache, Opt k, Opt v, Opt rotary_cos,
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
+         Opt cache_leftpad,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
          int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits) {
         const KvCacheInputs in{q,
@@ -118,6 +123,7 @@ void bind_kvcache(nb::module_& m) {
                                cache_seqlen,
                                std::move(cache_batch_idx),
                                std::move(block_table),
+                               std::move(cache_leftpad),
                                out,
                                std::move(lse),
                                std::move(learnable_sink)};
@@ -126,7 +132,8 @@ void bind_kvcache(nb::module_& m) {
         return std::pair<bool, std::string>{s.ok, s.reason};
       },
       "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(), "rotary_cos"_a.none(), "rotary_sin"_a.none(),
-      "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(), "out"_a,
+      "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(),
+      "cache_leftpad"_a.none(), "out"_a,
       "lse"_a.none(), "learnable_sink"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a, "window_right"_a,
       "softcap"_a, "rotary_interleaved"_a, "num_splits"_a,
       "(ok, reason): whether the tensors' device can run this KV-cache call; raises on invalid arguments.");

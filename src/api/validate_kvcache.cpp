@@ -97,6 +97,8 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
     check_dim(c, a.block_table, "block_table", 0, kTableDims, s.batch, "one row per sequence: q.shape[0]");
     FLASH4_REQUIRE(c, !present(a.cache_batch_idx),
                    "cache_batch_idx is set with block_table; a paged cache selects its pages through block_table");
+    FLASH4_REQUIRE(c, !present(a.cache_leftpad),
+                   "cache_leftpad is set with block_table; left padding is for contiguous caches (as in flash-attn)");
     FLASH4_REQUIRE(c, p.page_size >= 1,
                    "k_cache.shape[1] (page_size) = " + to_string(p.page_size) + " must be >= 1 for a paged cache");
     FLASH4_REQUIRE(c, s.batch == 0 || p.num_slots >= 1,
@@ -175,7 +177,8 @@ void check_scalars(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   p.num_splits = a.num_splits;
 }
 
-// cache_seqlens / cache_seqlen, cache_batch_idx and the learnable sink; on the host, every value used.
+// cache_seqlens / cache_seqlen, cache_batch_idx, cache_leftpad and the learnable sink; on the host, every value
+// used.
 void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   const Problem& s = p.attention;
   const int64_t room = p.capacity - p.seqlen_new;  // the largest cache length the append leaves room for
@@ -211,6 +214,19 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
       }
     }
   }
+  if (present(a.cache_leftpad)) {
+    check_index_vector(c, a.cache_leftpad, "cache_leftpad", s.batch, a.q);
+    p.cache_leftpad = static_cast<const int*>(a.cache_leftpad.data);
+    if (host(a.cache_leftpad)) {
+      for (int64_t b = 0; b < s.batch; ++b) {
+        const int64_t pad = p.cache_leftpad[b], end = p.cache_end(b);
+        FLASH4_REQUIRE(c, pad >= 0 && pad <= end,
+                       "cache_leftpad[" + to_string(b) + "] = " + to_string(pad) + " but must be in [0, " +
+                           to_string(end) + "] (cache_seqlens[" + to_string(b) + "]: the sequence's keys are rows " +
+                           "cache_leftpad .. cache_seqlens - 1)");
+      }
+    }
+  }
   if (p.paged && host(a.block_table)) {
     for (int64_t b = 0; b < s.batch; ++b) {
       // The pages sequence b uses, rounded up without adding page_size - 1 (which can pass int64's limit when
@@ -233,11 +249,12 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
       const int64_t offset = std::max<int64_t>(p.seqlen_new - 1, q_last);
       // An empty q (no heads) leaves seqlen_q unbounded by its extent: the position may pass int64's limit.
       int64_t last = 0;
-      const bool beyond = __builtin_add_overflow(p.cache_length(b), offset, &last);
+      const bool beyond = __builtin_add_overflow(p.rotary_position(b, p.cache_length(b)), offset, &last);
       FLASH4_REQUIRE(c, !beyond && last < p.seqlen_ro,
                      "rotary_cos.shape[0] (seqlen_ro) = " + to_string(p.seqlen_ro) + " but sequence " + to_string(b) +
                          " needs the rotary angle of position " +
-                         (beyond ? to_string(p.cache_length(b)) + " + " + to_string(offset) + " (beyond int64)"
+                         (beyond ? to_string(p.rotary_position(b, p.cache_length(b))) + " + " + to_string(offset) +
+                                       " (beyond int64)"
                                  : to_string(last)));
     }
   }
@@ -272,6 +289,7 @@ void check_outputs(const Checker& c, const KvCacheArgs& a, const KvCacheProblem&
                                                               {&a.rotary_sin, "rotary_sin"},
                                                               {&a.cache_seqlens, "cache_seqlens"},
                                                               {&a.cache_batch_idx, "cache_batch_idx"},
+                                                              {&a.cache_leftpad, "cache_leftpad"},
                                                               {&a.block_table, "block_table"},
                                                               {&a.learnable_sink, "learnable_sink"}};
   for (const auto& [in, name] : inputs) {

@@ -26,6 +26,7 @@ struct KvCacheProblem {
   const int* cache_seqlens = nullptr;    // (batch) or null: then every sequence has cache_seqlen keys
   int64_t cache_seqlen = 0;              // resolved (never -1)
   const int* cache_batch_idx = nullptr;  // (batch) or null = identity
+  const int* cache_leftpad = nullptr;    // (batch) or null: sequence b's keys start at this row (contiguous caches)
   const int* block_table = nullptr;      // (batch, max_pages) rows block_table_stride apart
   int64_t block_table_stride = 0;
   int64_t rotary_dim = 0;  // 0 = no rotary
@@ -48,13 +49,26 @@ struct KvCacheProblem {
     return l.info(b);
   }
 
-  // Keys in sequence b's cache before the append, clamped so that the append fits: [0, capacity - seqlen_new].
-  FLASH4_HD int64_t cache_length(int64_t b) const {
-    if (cu_seqlens_k != nullptr) return packed_keys(b).seqlen_k;  // nothing is appended to packed keys
+  // Row of sequence b's cache at which the append writes (cache_seqlens[b]), clamped so that the append fits:
+  // [0, capacity - seqlen_new].
+  FLASH4_HD int64_t cache_end(int64_t b) const {
     const int64_t n = cache_seqlens != nullptr ? cache_seqlens[b] : cache_seqlen;
     const int64_t max = capacity - seqlen_new;
     return n < 0 ? 0 : n > max ? max : n;
   }
+  // Rows before sequence b's first key (flash-attn's cache_leftpad), clamped to [0, cache_end(b)].
+  FLASH4_HD int64_t left_pad(int64_t b) const {
+    if (cache_leftpad == nullptr) return 0;
+    const int64_t pad = cache_leftpad[b], end = cache_end(b);
+    return pad < 0 ? 0 : pad > end ? end : pad;
+  }
+  // Keys in sequence b's cache before the append.
+  FLASH4_HD int64_t cache_length(int64_t b) const {
+    if (cu_seqlens_k != nullptr) return packed_keys(b).seqlen_k;  // nothing is appended to packed keys
+    return cache_end(b) - left_pad(b);
+  }
+  // Rotary position of sequence b's key j: its row in the cache (flash-attn's rule: left padding counts).
+  FLASH4_HD int64_t rotary_position(int64_t b, int64_t j) const { return left_pad(b) + j; }
   // Keys sequence b attends to: its cache and the appended keys.
   FLASH4_HD int64_t seqlen_k(int64_t b) const { return cache_length(b) + seqlen_new; }
 
@@ -65,7 +79,7 @@ struct KvCacheProblem {
                                       page_shift);
     int64_t slot = cache_batch_idx != nullptr ? cache_batch_idx[b] : b;
     slot = slot < 0 ? 0 : slot > num_slots - 1 ? num_slots - 1 : slot;
-    return PagedKeys::contiguous(slot, page_size, num_slots);
+    return PagedKeys::contiguous(slot, page_size, num_slots, left_pad(b));
   }
 
   // Whether q row i takes its rotary angle at cache_length + i (causal or windowed) or at cache_length.

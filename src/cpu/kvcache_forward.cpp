@@ -72,7 +72,7 @@ void append_new_keys(const KvCacheArgs& a, const KvCacheProblem& p) {
       for (int64_t t = 0; t < p.seqlen_new; ++t) {
         const CacheRow dst = keys.at(first + t);
         load_rows(a.k, b, t, 1, hk, row.data());
-        rotate(row.data(), first + t);
+        rotate(row.data(), p.rotary_position(b, first + t));
         store_rows(row.data(), a.k_cache, dst.slot, dst.row, 1, hk);
         load_rows(a.v, b, t, 1, hk, row.data());
         store_rows(row.data(), a.v_cache, dst.slot, dst.row, 1, hk);
@@ -125,8 +125,10 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
     const PagedKeys keys = p.keys(b);
     Rotary rotate(a, p);
     load_rows(a.q, b, q0, rows, h, t.q.data());
-    for (int64_t r = 0; r < rows; ++r)
-      rotate(t.q.data() + r * d, p.cache_length(b) + (p.rotary_q_per_row() ? q0 + r : 0));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t position = p.cache_length(b) + (p.rotary_q_per_row() ? q0 + r : 0);
+      rotate(t.q.data() + r * d, p.rotary_position(b, position));
+    }
     for (int64_t k0 = lo; k0 <= hi; k0 += kBlockN) {
       const int64_t n = std::min<int64_t>(kBlockN, hi + 1 - k0);
       load_keys(a, keys, k0, n, hk, t);

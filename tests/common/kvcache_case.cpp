@@ -57,6 +57,7 @@ std::string KvCaseSpec::name() const {
   for (int64_t n : cache_lengths) s += "-" + std::to_string(n);
   if (page_size) s += "_page" + std::to_string(page_size);
   if (cache_batch_idx) s += "_idx";
+  if (!leftpad.empty()) s += "_leftpad";
   if (rotary != Rotary::kNone) s += rotary == Rotary::kInterleaved ? "_rope" : "_neox";
   if (causal) s += "_causal";
   if (window_left >= 0 || window_right >= 0)
@@ -108,7 +109,7 @@ KvCacheCase::KvCacheCase(const KvCaseSpec& s, Rng& rng)
   for (HostTensor* cache : {&k_cache, &v_cache}) {
     std::vector<double> values(static_cast<size_t>(cache->numel()), kNaN);
     for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t j = 0; j < s.cache_lengths[b]; ++j)
+      for (int64_t j = s.leftpad.empty() ? 0 : s.leftpad[b]; j < s.cache_lengths[b]; ++j)  // padding stays NaN
         for (int64_t h = 0; h < s.heads_kv; ++h)
           for (int64_t x = 0; x < s.head_dim; ++x)
             values[cache_index(cache->view(), slot_of(*this, b, j), h, x)] = rng.normal();
@@ -120,6 +121,7 @@ KvCacheCase::KvCacheCase(const KvCaseSpec& s, Rng& rng)
   k.fill_normal(rng);
   v.fill_normal(rng);
   for (int64_t b = 0; b < s.batch; ++b) cache_seqlens.push_back(static_cast<int32_t>(s.cache_lengths[b]));
+  for (int64_t pad : s.leftpad) cache_leftpad.push_back(static_cast<int32_t>(pad));
   if (s.rotary != Rotary::kNone) {
     const int64_t rotary_dim = s.rotary_dim ? s.rotary_dim : s.head_dim, half = rotary_dim / 2;
     seqlen_ro = max_keys + s.seqlen_q + 2;
@@ -167,6 +169,8 @@ KvCacheArgs KvCacheCase::args() const {
   if (spec.cache_batch_idx)
     a.cache_batch_idx =
         make_view(const_cast<int32_t*>(cache_batch_idx.data()), DType::kInt32, Device::cpu(), spec.batch);
+  if (!spec.leftpad.empty())
+    a.cache_leftpad = make_view(const_cast<int32_t*>(cache_leftpad.data()), DType::kInt32, Device::cpu(), spec.batch);
   if (spec.page_size > 0)
     a.block_table =
         make_view(const_cast<int32_t*>(block_table.data()), DType::kInt32, Device::cpu(), spec.batch, max_pages);
@@ -220,7 +224,8 @@ KvCacheArgs KvCacheCase::args() const {
   // Attention per sequence on its gathered keys, against the reference and the naive baseline.
   ForwardResult ref, naive;
   for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t seqlen_k = s.cache_lengths[b] + s.seqlen_new;
+    const int64_t pad = s.leftpad.empty() ? 0 : s.leftpad[b];  // keys are rows pad .. cache_lengths[b] + new - 1
+    const int64_t seqlen_k = s.cache_lengths[b] + s.seqlen_new - pad;
     std::vector<double> qb(static_cast<size_t>(s.seqlen_q * s.heads * d)), kb(static_cast<size_t>(seqlen_k * hkv * d)),
         vb(kb.size());
     for (int64_t i = 0; i < s.seqlen_q; ++i)
@@ -234,7 +239,7 @@ KvCacheArgs KvCacheCase::args() const {
     for (int64_t j = 0; j < seqlen_k; ++j)
       for (int64_t h = 0; h < hkv; ++h)
         for (int64_t x = 0; x < d; ++x) {
-          const int64_t src = cache_index(c.k_cache.view(), slot_of(c, b, j), h, x);
+          const int64_t src = cache_index(c.k_cache.view(), slot_of(c, b, pad + j), h, x);
           kb[(j * hkv + h) * d + x] = ek[src];
           vb[(j * hkv + h) * d + x] = ev[src];
         }

@@ -27,6 +27,7 @@ struct KvCaseSpec {
   int64_t spare = 3;                       // cache rows (contiguous) or pages (paged) beyond what is needed
   bool cache_batch_idx = false;            // contiguous: sequences use shuffled cache rows
   bool scalar_length = false;              // pass cache_lengths[0] as cache_seqlen instead of cache_seqlens
+  std::vector<int64_t> leftpad;            // contiguous: cache_leftpad per sequence (rows before its first key)
   Rotary rotary = Rotary::kNone;
   int64_t rotary_dim = 0;  // 0 = head_dim
   bool causal = false;
@@ -48,7 +49,7 @@ struct KvCacheCase {
   KvCaseSpec spec;
   HostTensor q, k_cache, v_cache, k, v, cos, sin, out, lse;
   HostTensor sink;
-  std::vector<int32_t> cache_seqlens, cache_batch_idx, block_table;
+  std::vector<int32_t> cache_seqlens, cache_batch_idx, block_table, cache_leftpad;
   int64_t max_pages = 0, seqlen_ro = 0;
   std::vector<double> initial_k_cache, initial_v_cache;
 

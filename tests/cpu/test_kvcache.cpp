@@ -106,6 +106,23 @@ TEST(KvCache, CacheBatchIdxAndScalarLength) {
   }));
 }
 
+// flash-attn's cache_leftpad: sequence b's keys are rows leftpad[b] .. cache_seqlens[b] - 1 (the rows before
+// hold NaN: reading one poisons the output), the append writes at cache_seqlens[b], rotary angles at the rows.
+TEST(KvCache, LeftPad) {
+  run_case(with(spec(3, 2, 4, 2, {40, 7, 300}), [](KvCaseSpec& s) {
+    s.leftpad = {5, 0, 299};
+    s.cache_batch_idx = true;
+    s.causal = true;
+  }));
+  run_case(with(spec(3, 1, 8, 2, {40, 7, 300}), [](KvCaseSpec& s) {
+    s.leftpad = {39, 7, 100};  // one key, only the appended ones, 200
+    s.seqlen_new = 3;
+    s.rotary = Rotary::kNeox;
+    s.sink = true;
+    s.num_splits = 3;
+  }));
+}
+
 TEST(KvCache, Rotary) {
   for (Rotary r : {Rotary::kInterleaved, Rotary::kNeox}) {
     for (DType t : {DType::kFloat32, DType::kBFloat16}) {

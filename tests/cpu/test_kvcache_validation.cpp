@@ -101,9 +101,29 @@ TEST(KvCacheValidation, PageTable) {
         a.cache_batch_idx = make_view(c.cache_seqlens.data(), DType::kInt32, Device::cpu(), 2);
       },
       "cache_batch_idx is set with block_table");
+  expect_refused(
+      s,
+      [](KvCacheArgs& a, KvCacheCase& c) {
+        a.cache_leftpad = make_view(c.cache_seqlens.data(), DType::kInt32, Device::cpu(), 2);
+      },
+      "cache_leftpad is set with block_table");
   // 20 + 2 new keys fit in 2 pages of 16, but not in 1: a shorter table overflows.
   expect_refused(
       s, [](KvCacheArgs& a, KvCacheCase&) { a.block_table.shape[1] = 1; }, "the append would overflow");
+}
+
+// cache_leftpad: an int32 vector of the batch, each value in [0, cache_seqlens[b]] (host-resident: checked).
+TEST(KvCacheValidation, LeftPad) {
+  const KvCaseSpec s = with(contiguous_spec(), [](KvCaseSpec& x) { x.leftpad = {3, 5}; });
+  expect_refused(
+      s, [](KvCacheArgs&, KvCacheCase& c) { c.cache_leftpad[1] = 6; },
+      "cache_leftpad[1] = 6 but must be in [0, 5]");
+  expect_refused(
+      s, [](KvCacheArgs&, KvCacheCase& c) { c.cache_leftpad[0] = -1; }, "cache_leftpad[0] = -1");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.cache_leftpad.shape[0] = 1; }, "cache_leftpad");
+  expect_refused(
+      s, [](KvCacheArgs& a, KvCacheCase&) { a.cache_leftpad.dtype = DType::kFloat32; }, "cache_leftpad.dtype");
 }
 
 // An empty batch leaves block_table's max_pages unbounded by any buffer: max_pages * page_size must not overflow

@@ -40,6 +40,7 @@ class DeviceKvCall {
     if (args.cache_seqlens.data != nullptr) index(c.cache_seqlens, args.cache_seqlens);
     if (args.cache_batch_idx.data != nullptr) index(c.cache_batch_idx, args.cache_batch_idx);
     if (args.block_table.data != nullptr) index(c.block_table, args.block_table);
+    if (args.cache_leftpad.data != nullptr) index(c.cache_leftpad, args.cache_leftpad);
   }
 
   bool ok() const {

@@ -153,6 +153,27 @@ TEST(KvCacheGpu, Decode) {
   run_case(with(spec(3, 1, 32, 8, {1000, 17, 4097}), [](KvCaseSpec& s) { s.page_size = 16; }));
 }
 
+// flash-attn's cache_leftpad (tests/cpu/test_kvcache.cpp): the padding rows hold NaN, the append writes at
+// cache_seqlens, rotary angles at the rows; split and unsplit, 16- and 64-row tiles.
+TEST(KvCacheGpu, LeftPad) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128}) {
+    run_case(with(spec(3, 1, 32, 8, {4000, 7, 300}, d), [](KvCaseSpec& s) {
+      s.leftpad = {1500, 0, 299};
+      s.cache_batch_idx = true;
+      s.causal = true;
+      s.num_splits = 0;
+    }));
+    run_case(with(spec(3, 4, 16, 1, {40, 7, 3000}, d), [](KvCaseSpec& s) {
+      s.leftpad = {39, 7, 100};
+      s.seqlen_new = 3;
+      s.rotary = Rotary::kNeox;
+      s.sink = true;
+      s.causal = true;
+    }));
+  }
+}
+
 TEST(KvCacheGpu, DecodeGrid) {
   FLASH4_REQUIRE_GPU();
   for (const KvCaseSpec& s : decode_grid()) run_case(s);

@@ -39,11 +39,12 @@ def rotate(x, cos, sin, interleaved):
 class Case:
     def __init__(self, batch, seqlen_q, heads, heads_kv, lengths, seqlen_new=0, page_size=0, dtype=torch.float32,
                  rotary=None, causal=False, window=(-1, -1), softcap=0.0, sink=False, cache_batch_idx=False,
-                 head_dim=64, seed=0):
+                 head_dim=64, seed=0, leftpad=None):
         g = torch.Generator().manual_seed(seed)
         rnd = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
         self.dtype, self.causal, self.window, self.softcap, self.rotary = dtype, causal, window, softcap, rotary
         self.lengths = lengths
+        self.leftpad = leftpad  # per sequence: rows before its first key (cache_leftpad), or None
         self.q = rnd(batch, seqlen_q, heads, head_dim)
         self.k = rnd(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
         self.v = rnd(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
@@ -83,7 +84,9 @@ class Case:
             self.q, self.k_cache, self.v_cache, self.k, self.v, rotary_cos=self.cos, rotary_sin=self.sin,
             cache_seqlens=self.cache_seqlens, cache_batch_idx=self.cache_batch_idx, block_table=self.block_table,
             causal=self.causal, window_size=self.window, softcap=self.softcap,
-            rotary_interleaved=self.rotary == "interleaved", return_softmax_lse=True, learnable_sink=self.sink, **kw)
+            rotary_interleaved=self.rotary == "interleaved", return_softmax_lse=True, learnable_sink=self.sink,
+            **{"cache_leftpad": None if self.leftpad is None else torch.tensor(self.leftpad, dtype=torch.int32),
+               **kw})
 
     def check(self, out, lse):
         kc, vc = self.k_cache_in.double(), self.v_cache_in.double()
@@ -104,7 +107,9 @@ class Case:
         assert torch.equal(self.v_cache.double(), vc), "v_cache after the append"
         for b, length in enumerate(self.lengths):
             n = length + seqlen_new
-            rows = [self.slot(b, j) for j in range(n)]
+            first = 0 if self.leftpad is None else self.leftpad[b]  # rows before it are padding
+            rows = [self.slot(b, j) for j in range(first, n)]
+            n -= first
             kb = torch.stack([kc[s, r] for s, r in rows]) if n else kc[:0, 0]
             vb = torch.stack([vc[s, r] for s, r in rows]) if n else vc[:0, 0]
             qb = self.q[b].double()
@@ -208,8 +213,8 @@ def test_opcheck():
     from flash4 import _torch_kvcache
 
     c = Case(1, 2, 2, 1, [9], seqlen_new=2)
-    args = (c.q, c.k_cache, c.v_cache, c.k, c.v, None, None, c.cache_seqlens, -1, None, None, None,
-            1.0 / math.sqrt(64), True, -1, -1, 0.0, True, 0)
+    args = (c.q, c.k_cache, c.v_cache, c.k, c.v, None, None, c.cache_seqlens, -1, None, None,
+            torch.tensor([1], dtype=torch.int32), None, 1.0 / math.sqrt(64), True, -1, -1, 0.0, True, 0)
     # The append is not idempotent (the same rows written again); the checks only compare schema and fakes.
     torch.library.opcheck(_torch_kvcache.fwd_kvcache, args,
                           test_utils=("test_schema", "test_faketensor"))
@@ -244,8 +249,9 @@ def test_bad_arguments_write_nothing():
     with pytest.raises(ValueError, match="cache_batch_idx is set with block_table"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
                                        cache_batch_idx=c.cache_seqlens, block_table=c.block_table)
-    with pytest.raises(NotImplementedError, match="cache_leftpad"):
-        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_leftpad=c.cache_seqlens)
+    with pytest.raises(ValueError, match="cache_leftpad is set with block_table"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cache_leftpad=c.cache_seqlens,
+                                       block_table=c.block_table)
     # A wrong rank names the argument's own layout.
     with pytest.raises(ValueError, match=r"block_table must have 2 dimensions \(batch, max_pages\)"):
         flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, c.k, c.v, cache_seqlens=c.cache_seqlens,
@@ -374,3 +380,25 @@ def test_varlen_with_block_table_refusals(monkeypatch):
         _paged_varlen(c, 2, cu_seqlens_q=torch.tensor([0, 1, 4], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"keys must be in \[0, 64\]"):
         _paged_varlen(c, 2, cu_seqlens_k=None, seqused_k=torch.tensor([17, 65], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("rotary, seqlen_new", [(None, 0), (None, 2), ("neox", 2), ("interleaved", 3)])
+def test_cache_leftpad(rotary, seqlen_new):
+    # flash-attn's left padding: sequence b's keys are rows cache_leftpad[b] .. cache_seqlens[b] - 1 of its cache
+    # row, then the appended ones; rotary angles are taken at the rows (the padding counts, as in flash-attn).
+    c = Case(3, 2, 4, 2, [40, 7, 300], seqlen_new=seqlen_new, dtype=torch.float16, rotary=rotary, causal=True,
+             cache_batch_idx=True, sink=True, leftpad=[5, 0, 299], seed=3)
+    c.check(*c.run())
+    c = Case(2, 1, 4, 4, [9, 64], dtype=torch.float32, window=(3, 0), leftpad=[2, 60], seed=4)
+    c.check(*c.run())
+
+
+def test_cache_leftpad_refusals():
+    c = Case(2, 1, 4, 2, [17, 40], page_size=16)
+    with pytest.raises(ValueError, match="cache_leftpad is set with block_table"):
+        c.run(cache_leftpad=torch.tensor([1, 2], dtype=torch.int32))
+    c = Case(2, 1, 4, 2, [17, 40])
+    with pytest.raises(ValueError, match=r"cache_leftpad\[1\] = 41 but must be in \[0, 40\]"):
+        c.run(cache_leftpad=torch.tensor([1, 41], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_leftpad"):
+        c.run(cache_leftpad=torch.tensor([1, 2, 3], dtype=torch.int32))

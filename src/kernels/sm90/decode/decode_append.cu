@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) append_kernel(const __grid_
                      at.row * p.k_cache_strides.stride_1 + hkv * p.k_cache_strides.stride_h;
     Element* v_dst = static_cast<Element*>(p.v_cache) + at.slot * p.v_cache_strides.stride_0 +
                      at.row * p.v_cache_strides.stride_1 + hkv * p.v_cache_strides.stride_h;
-    rotate_row(k_dst, k_src, p, pos, lane);
+    rotate_row(k_dst, k_src, p, p.kv.rotary_position(b, pos), lane);
     for (int64_t x = lane; x < p.head_dim; x += 32) v_dst[x] = v_src[x];
     return;
   }
@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) append_kernel(const __grid_
   const int64_t h = q_row % heads, i = (q_row / heads) % seqlen_q, b = q_row / (heads * seqlen_q);
   const Element* src = static_cast<const Element*>(p.q.data) + b * p.q.stride_0 + i * p.q.stride_1 + h * p.q.stride_h;
   Element* dst = static_cast<Element*>(p.q_rotated) + q_row * p.head_dim;  // contiguous (b, i, h, d)
-  rotate_row(dst, src, p, p.kv.cache_length(b) + (p.kv.rotary_q_per_row() ? i : 0), lane);
+  const int64_t position = p.kv.cache_length(b) + (p.kv.rotary_q_per_row() ? i : 0);
+  rotate_row(dst, src, p, p.kv.rotary_position(b, position), lane);
 }
 
 template <class Element>

@@ -263,6 +263,7 @@ bool tma_rows(const TensorView& t) { return t.data == nullptr || tma_compatible(
 bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
   if (s.seqlen_q <= 16 && s.seqlen_q * s.group() <= 64) return false;  // the decode kernel's rows
+  if (p.cache_leftpad != nullptr) return false;  // the dense kernel reads each sequence's keys from row 0
   // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
   // the 192 kernel yet).
   if (s.split_head_dims() || sm90::kernel_head_dim(s.head_dim, s.head_dim_v) != s.head_dim) return false;
