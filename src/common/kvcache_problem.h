@@ -82,7 +82,8 @@ struct KvCacheProblem {
     return PagedKeys::contiguous(slot, page_size, num_slots, left_pad(b));
   }
 
-  // Whether q row i takes its rotary angle at cache_length + i (causal or windowed) or at cache_length.
+  // Whether q row i takes the rotary angle of key position cache_length + i (causal or windowed) or of
+  // cache_length (rotary_position gives the row).
   FLASH4_HD bool rotary_q_per_row() const { return window().any(); }
   // Row of the cos / sin tables for position `pos` (clamped: device-resident lengths are not checked).
   FLASH4_HD int64_t rotary_row(int64_t pos) const { return pos < 0 ? 0 : pos > seqlen_ro - 1 ? seqlen_ro - 1 : pos; }
