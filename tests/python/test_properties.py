@@ -89,8 +89,9 @@ def test_flash_attn_func_argument_handling(arrays, window, softmax_scale, softca
     if lse is not None:
         batch, seqlen_q, heads, _ = q.shape
         assert tuple(lse.shape) == (batch, heads, seqlen_q)
-    # What ran was valid: a window of ints, real scalars within float32's range.
-    assert all(isinstance(side, (int, np.integer)) and not isinstance(side, bool) for side in window)
+    # What ran was valid: a window of ints or None (FlashAttention 4's unbounded side), real scalars within
+    # float32's range.
+    assert all(side is None or (isinstance(side, (int, np.integer)) and not isinstance(side, bool)) for side in window)
     for x in (softmax_scale, softcap):
         assert x is None or (not isinstance(x, (str, bool, complex)) and (not math.isfinite(float(x)) or
                                                                            abs(float(x)) <= 3.5e38))
