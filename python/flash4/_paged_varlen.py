@@ -77,11 +77,8 @@ def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         cu_k = cu_seqlens_k.detach().to("cpu", torch.int64)
         keys = types.SimpleNamespace(shape=(int(cu_k[-1]) if cu_k.numel() else 0, int(k.shape[2])))
         check_varlen_offsets(q, keys, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, seqused_k)
-        lengths = cu_k[1:] - cu_k[:-1]
-    else:
-        lengths = seqused_k.detach().to("cpu", torch.int64)
-    if seqused_k is not None:
-        lengths = seqused_k.detach().to("cpu", torch.int64)
+    # The keys each sequence attends to: seqused_k where given (then required), else its cu_seqlens_k segment.
+    lengths = seqused_k.detach().to("cpu", torch.int64) if seqused_k is not None else cu_k[1:] - cu_k[:-1]
     capacity = int(block_table.shape[1]) * int(k.shape[1])
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > capacity):
         raise ValueError(f"every sequence's number of keys must be in [0, {capacity}] (max_pages * page_size of "

@@ -153,21 +153,12 @@ TEST(DecodeRoute, DenseSequsedK) {
 
 // A packed batch through the route (asserted, or asserted not taken with `route` false), judged on every row.
 void run_packed(const VarlenSpec& s, bool route = true) {
-  SCOPED_TRACE(s.name());
-  FLASH4_TEST_RNG(rng);
-  VarlenTensors t = make_varlen_tensors(s, rng, false);
-  DeviceVarlen dev(t);
-  ASSERT_TRUE(dev.ok());
-  const ForwardArgs args = dev.forward_args(s, t);
-  const Support support = can_implement(args);
-  if (!support.ok && support.reason.find("not compiled") != std::string::npos) return;
-  ASSERT_TRUE(support.ok) << support.reason;
-  ASSERT_EQ(detail::dense_decode_route(args, detail::validate(args)), route);
-  forward(args);
-  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(dev.download(t.out));
-  FLASH4_TEST_CUDA(dev.download(t.lse));
-  EXPECT_TRUE(check_varlen_forward(s, t));
+  run_forward(s, [&](const ForwardArgs& args) {
+    const Support support = can_implement(args);
+    if (!support.ok && support.reason.find("not compiled") != std::string::npos) return false;
+    EXPECT_EQ(detail::dense_decode_route(args, detail::validate(args)), route);
+    return true;
+  });
 }
 
 std::vector<int> repeat(int value, size_t n) { return std::vector<int>(n, value); }
