@@ -218,8 +218,8 @@ def flash_attn_varlen_func(
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
     flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
     block_table (int32 (batch, max_pages)): flash-attn 2's paged k, v (num_pages, page_size, heads_kv, head_dim),
-    forward only, for batches whose sequences all have max_seqlen_q queries (decode steps); cu_seqlens_k or
-    seqused_k gives the keys per sequence (flash_attn_with_kvcache's problem). CPU offsets are checked; CUDA ones are
+    forward only; cu_seqlens_k or seqused_k gives the keys per sequence (flash_attn_with_kvcache's problem). Batches
+    mixing query counts (prefill chunks beside decode steps) read cu_seqlens_q on the host once. CPU offsets are checked; CUDA ones are
     clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1 to check them on the host too
     (check_varlen_offsets).
     """

@@ -1,7 +1,10 @@
 """flash_attn_varlen_func with block_table (flash-attn 2's paged keys and values, as serving engines call it for
-decode steps): a packed batch whose segments all hold max_seqlen_q queries is flash_attn_with_kvcache's problem
-on the (batch, max_seqlen_q) view of q, with the keys of sequence b in the pages of block_table's row b and
-their count from cu_seqlens_k (or seqused_k). Forward only, as a paged cache is in flash-attn."""
+decode steps and chunked prefill): sequence b's keys are in the pages of block_table's row b, as many as its
+cu_seqlens_k segment (or seqused_k[b]). A batch whose segments all hold max_seqlen_q queries is
+flash_attn_with_kvcache's problem on the (batch, max_seqlen_q) view of q, without a host synchronisation. A batch
+mixing query counts (prefill chunks beside decode steps) reads cu_seqlens_q on the host once (a synchronisation)
+and runs one flash_attn_with_kvcache call per distinct query count on those sequences' rows. Forward only, as a
+paged cache is in flash-attn."""
 
 import types
 
@@ -36,16 +39,19 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 1:
         raise ValueError(f"cu_seqlens_q must be (batch + 1,), got shape {tuple(cu_seqlens_q.shape)}")
     batch, total_q = cu_seqlens_q.shape[0] - 1, q.shape[0]
-    if total_q != batch * max_seqlen_q:
-        raise NotImplementedError(
-            f"flash_attn_varlen_func with block_table runs batches whose sequences all have max_seqlen_q queries "
-            f"(decode and speculative-decode steps: total_q = batch * max_seqlen_q); got total_q = {total_q}, "
-            f"batch = {batch}, max_seqlen_q = {max_seqlen_q}")
     if block_table.dim() != 2 or block_table.shape[0] != batch:
         raise ValueError(f"block_table must be (batch, max_pages) = ({batch}, max_pages) (batch from cu_seqlens_q), "
                          f"got shape {tuple(block_table.shape)}")
+    # total_q = batch * max_seqlen_q: every segment holds max_seqlen_q queries unless some rows lie in none (after
+    # cu_seqlens_q[batch]); CPU-resident offsets are compared exactly (no synchronisation), CUDA ones are taken as
+    # uniform (FLASH4_CHECK_OFFSETS=1 checks it).
+    uniform = total_q == batch * max_seqlen_q
+    if uniform and cu_seqlens_q.device.type == "cpu":
+        steps = torch.arange(batch + 1, dtype=torch.int64) * max_seqlen_q
+        uniform = torch.equal(cu_seqlens_q.to(torch.int64), steps)
     if offsets_check_requested():
-        _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table)
+        _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table,
+                       uniform)
     if seqused_k is not None:
         lengths = seqused_k
     else:
@@ -53,26 +59,77 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise ValueError(f"cu_seqlens_k must be (batch + 1,) = ({batch + 1},), got shape "
                              f"{tuple(cu_seqlens_k.shape)}")
         lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse = flash_attn_with_kvcache(
-        q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths, block_table=block_table,
-        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-        return_softmax_lse=True, learnable_sink=learnable_sink)
-    out = out.flatten(0, 1)
-    if not want_lse:
-        return out
-    return out, lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
+    options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                   return_softmax_lse=True, learnable_sink=learnable_sink)
+    if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
+        out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
+                                           block_table=block_table, **options)
+        out = out.flatten(0, 1)
+        lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
+    else:
+        out, lse = _mixed_query_counts(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options)
+    return (out, lse) if want_lse else out
 
 
-def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table):
-    """FLASH4_CHECK_OFFSETS=1: the offsets on the host (synchronizes). cu_seqlens_q must step by max_seqlen_q;
-    cu_seqlens_k and seqused_k are checked as a packed batch's; every sequence must fit in its row of pages (the
-    page numbers themselves are clamped by the kernels and checked by flash_attn_with_kvcache's own check)."""
+def _mixed_query_counts(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options):
+    """A batch whose sequences have different query counts: the counts on the host (one synchronisation), then
+    the sequences of each count as one flash_attn_with_kvcache batch on their rows of q. Rows in no sequence get
+    out 0 and lse -inf, as in a packed call."""
+    import torch
+
+    from ._kvcache import flash_attn_with_kvcache
+
+    total_q, heads = q.shape[0], q.shape[1]
+    starts = _segment_starts(cu_seqlens_q, total_q, max_seqlen_q)
+    counts = starts[1:] - starts[:-1]
+    out = q.new_zeros(total_q, heads, v.shape[-1])
+    lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+    for n in sorted(set(counts.tolist()) - {0}):
+        sequences = torch.nonzero(counts == n).flatten()
+        rows = (starts[sequences][:, None] + torch.arange(n)).flatten().to(q.device)
+        sequences = sequences.to(q.device)
+        part, part_lse = flash_attn_with_kvcache(
+            q.index_select(0, rows).unflatten(0, (sequences.shape[0], n)), k, v,
+            cache_seqlens=lengths.index_select(0, sequences), block_table=block_table.index_select(0, sequences),
+            **options)
+        out.index_copy_(0, rows, part.flatten(0, 1))
+        lse.index_copy_(1, rows, part_lse.transpose(0, 1).flatten(1))  # (heads, sequences * n), rows in order
+    return out, lse
+
+
+def _segment_starts(cu_seqlens_q, total_q, max_seqlen_q):
+    """cu_seqlens_q on the host (int64), checked as a packed batch's query offsets: they index q's rows, so a
+    bad value would select rows outside it."""
+    import torch
+
+    starts = cu_seqlens_q.detach().to("cpu", torch.int64)
+    counts = starts[1:] - starts[:-1]
+    if starts.numel() and int(starts[0]) != 0:
+        raise ValueError(f"cu_seqlens_q[0] must be 0, got {int(starts[0])}")
+    if counts.numel() and int(counts.min()) < 0:
+        b = int(torch.nonzero(counts < 0)[0])
+        raise ValueError(f"cu_seqlens_q must be non-decreasing, but cu_seqlens_q[{b + 1}] = {int(starts[b + 1])} < "
+                         f"cu_seqlens_q[{b}] = {int(starts[b])}")
+    if counts.numel() and int(counts.max()) > max_seqlen_q:
+        b = int(torch.argmax(counts))
+        raise ValueError(f"sequence {b} has {int(counts[b])} queries (cu_seqlens_q) but max_seqlen_q = "
+                         f"{max_seqlen_q}")
+    if int(starts[-1]) > total_q:
+        raise ValueError(f"cu_seqlens_q[-1] = {int(starts[-1])} exceeds q's total_q = {total_q} rows")
+    return starts
+
+
+def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table, uniform):
+    """FLASH4_CHECK_OFFSETS=1: the offsets on the host (synchronizes). A batch of total_q = batch * max_seqlen_q
+    rows runs as uniform, so its cu_seqlens_q must step by max_seqlen_q; cu_seqlens_k and seqused_k are checked as
+    a packed batch's; every sequence must fit in its row of pages (the page numbers themselves are clamped by the
+    kernels and checked by flash_attn_with_kvcache's own check)."""
     import torch
 
     cu_q = cu_seqlens_q.detach().to("cpu", torch.int64)
-    if not torch.equal(cu_q, torch.arange(cu_q.shape[0], dtype=torch.int64) * max_seqlen_q):
-        raise ValueError(f"cu_seqlens_q must be 0, {max_seqlen_q}, 2 * {max_seqlen_q}, ... with block_table (every "
-                         f"sequence max_seqlen_q queries), got {cu_q.tolist()[:8]}")
+    if uniform and not torch.equal(cu_q, torch.arange(cu_q.shape[0], dtype=torch.int64) * max_seqlen_q):
+        raise ValueError(f"cu_seqlens_q must be 0, {max_seqlen_q}, 2 * {max_seqlen_q}, ... when total_q = batch * "
+                         f"max_seqlen_q (every sequence max_seqlen_q queries), got {cu_q.tolist()[:8]}")
     if cu_seqlens_k is not None:
         cu_k = cu_seqlens_k.detach().to("cpu", torch.int64)
         keys = types.SimpleNamespace(shape=(int(cu_k[-1]) if cu_k.numel() else 0, int(k.shape[2])))

@@ -58,15 +58,20 @@ def test_window_side_none_in_every_entry_point():
     assert np.array_equal(out, flash4.flash_attn_func(q, k, v, window_size=minus_one).numpy())
 
 
-def test_varlen_block_table_takes_decode_batches_only():
-    # flash_attn 2.x's flash_attn_varlen_func takes a paged KV cache (block_table); flash4's runs it for batches
-    # whose sequences all have max_seqlen_q queries (tests/python/test_kvcache.py) and names what it refuses.
+def test_varlen_block_table_takes_every_batch():
+    # flash_attn 2.x's flash_attn_varlen_func takes a paged KV cache (block_table); flash4's runs decode batches
+    # and batches mixing query counts (tests/python/test_kvcache.py). Here: pages of one row holding the packed
+    # keys in order give the packed call's result.
     q, k, v = _inputs(batch=1)
     cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 13], dtype=torch.int32)
-    call = lambda **kw: flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 5, 7, **kw)  # noqa: E731
+    def call(**kw):
+        return flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 5, 7, causal=True, **kw)
+
     assert torch.equal(call(block_table=None), call())
-    with pytest.raises(NotImplementedError, match="all have max_seqlen_q queries.*total_q = 9, batch = 2"):
-        call(block_table=torch.zeros(2, 1, dtype=torch.int32))
+    pages = torch.tensor([[0, 1, 2, 3, 4, 5, 5], [6, 7, 8, 9, 10, 11, 12]], dtype=torch.int32)
+    paged = flash4.flash_attn_varlen_func(q[0], k[0][:, None], v[0][:, None], cu_q, cu_k, 5, 7, causal=True,
+                                          block_table=pages)
+    torch.testing.assert_close(paged, call(), rtol=1e-5, atol=1e-5)
 
 
 def test_documented_positional_order_and_returns():

@@ -3,6 +3,7 @@ in float64, rounded to the dtype as the cache stores it) and, per sequence, atte
 the cache (attention_reference: the fp64 reference, the naive same-dtype baseline and the tolerance rule). The
 custom op under torch.compile, the in-place append, and the refusal of bad arguments."""
 
+import copy
 import math
 
 import numpy as np
@@ -355,11 +356,68 @@ def test_varlen_with_block_table(seqlen_q, lengths_from, page_size):
             _paged_varlen(c, seqlen_q, **kw)[1].unflatten(1, (3, seqlen_q)).transpose(0, 1))
 
 
+def _mixed_paged_varlen(c, counts, extra_rows, **kw):
+    """flash_attn_varlen_func with c's paged cache on a batch mixing query counts: sequence b's queries are the
+    first counts[b] rows of c.q[b]; extra_rows rows after the last segment belong to no sequence."""
+    rows = [c.q[b, :n] for b, n in enumerate(counts)] + [c.q[0, :extra_rows]]
+    cu_q = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32, device=c.q.device)
+    lengths = c.cache_seqlens
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_k=None, seqused_k=lengths, max_seqlen_q=max(counts),
+                max_seqlen_k=max(c.lengths), causal=c.causal, window_size=c.window, softcap=c.softcap,
+                learnable_sink=c.sink, block_table=c.block_table, return_lse=True)
+    args.update(kw)
+    return flash4.flash_attn_varlen_func(torch.cat(rows), c.k_cache, c.v_cache, **args)
+
+
+def _check_mixed(c, counts, out, lse):
+    """Each sequence's rows against the fp64 model of its own flash_attn_with_kvcache problem (Case.check on the
+    one-sequence case); rows after the last segment must be 0 with lse -inf."""
+    start = 0
+    for b, n in enumerate(counts):
+        one = copy.copy(c)
+        one.q, one.lengths, one.cache_seqlens = c.q[b : b + 1, :n], [c.lengths[b]], c.cache_seqlens[b : b + 1]
+        one.block_table = c.block_table[b : b + 1]
+        one.check(out[None, start : start + n], lse[None, :, start : start + n])
+        start += n
+    assert torch.equal(out[start:], torch.zeros_like(out[start:])), "rows in no sequence"
+    assert torch.equal(lse[:, start:], torch.full_like(lse[:, start:], float("-inf"))), "lse of rows in no sequence"
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("window", [(-1, -1), (30, 0)])
+def test_varlen_with_block_table_mixing_query_counts(page_size, window):
+    # Chunked prefill beside decode steps (vLLM's batches): query counts 5, 1, 0, 3, 1, and two rows after the
+    # last segment; keys from seqused_k.
+    counts = [5, 1, 0, 3, 1]
+    c = Case(5, 5, 4, 2, [17, 40, 3, 300, 2], page_size=page_size, dtype=torch.float16, causal=True, sink=True,
+             window=window, seed=7)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = _mixed_paged_varlen(c, counts, extra_rows=2)
+    assert out.shape == (12, 4, 64) and lse.shape == (4, 12)
+    _check_mixed(c, counts, out, lse)
+    assert torch.equal(_mixed_paged_varlen(c, counts, 2, return_lse=False), out)
+
+
+def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():
+    # total_q = batch * max_seqlen_q, yet the segments are 2 and 1 queries and the last row lies in no sequence:
+    # CPU offsets are compared exactly, so this batch is not run as the uniform (batch, 2) view.
+    c = Case(2, 2, 4, 4, [9, 33], page_size=16, causal=True, seed=8)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = _mixed_paged_varlen(c, [2, 1], extra_rows=1)
+    assert out.shape[0] == 4
+    _check_mixed(c, [2, 1], out, lse)
+
+
 def test_varlen_with_block_table_refusals(monkeypatch):
     c = Case(2, 2, 4, 2, [17, 40], page_size=16)
-    with pytest.raises(NotImplementedError, match="all have max_seqlen_q queries.*total_q = 4, batch = 2, "
-                                                  "max_seqlen_q = 3"):
-        _paged_varlen(c, 2, max_seqlen_q=3)
+    with pytest.raises(ValueError, match=r"sequence 1 has 3 queries \(cu_seqlens_q\) but max_seqlen_q = 2"):
+        _mixed_paged_varlen(c, [1, 3], 0, max_seqlen_q=2)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\] = 5 exceeds q's total_q = 4 rows"):
+        _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([0, 2, 5], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"non-decreasing, but cu_seqlens_q\[2\] = 1 < cu_seqlens_q\[1\] = 3"):
+        _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([0, 3, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0, got 1"):
+        _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([1, 2, 3], dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="seqused_q"):
         _paged_varlen(c, 2, seqused_q=torch.tensor([1, 2], dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="forward only"):
@@ -376,8 +434,14 @@ def test_varlen_with_block_table_refusals(monkeypatch):
         _paged_varlen(c, 2, cu_seqlens_k=None)
     monkeypatch.setenv("FLASH4_CHECK_OFFSETS", "1")
     _paged_varlen(c, 2)  # valid offsets pass the host check
-    with pytest.raises(ValueError, match="cu_seqlens_q must be 0, 2, 2 \\* 2"):
+    with pytest.raises(ValueError, match="segment 1 of cu_seqlens_q has 3 tokens but max_seqlen_q = 2"):
         _paged_varlen(c, 2, cu_seqlens_q=torch.tensor([0, 1, 4], dtype=torch.int32))
+    # CUDA offsets of total_q = batch * max_seqlen_q rows are taken as uniform: the host check holds them to it.
+    from flash4._paged_varlen import _check_offsets
+
+    with pytest.raises(ValueError, match="cu_seqlens_q must be 0, 2, 2 \\* 2, ... when total_q = batch"):
+        _check_offsets(c.q.flatten(0, 1), c.k_cache, torch.tensor([0, 2, 3], dtype=torch.int32), None, 2, 40,
+                       c.cache_seqlens, c.block_table, uniform=True)
     with pytest.raises(ValueError, match=r"keys must be in \[0, 64\]"):
         _paged_varlen(c, 2, cu_seqlens_k=None, seqused_k=torch.tensor([17, 65], dtype=torch.int32))
 
