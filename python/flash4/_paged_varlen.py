@@ -18,8 +18,12 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
     from ._kvcache import flash_attn_with_kvcache
 
-    if not isinstance(q, torch.Tensor):
-        raise TypeError("flash_attn_varlen_func with block_table takes torch tensors")
+    named = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                 block_table=block_table)
+    for name, t in named.items():
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"flash_attn_varlen_func with block_table takes torch tensors; {name} is "
+                            f"{type(t).__module__}.{type(t).__qualname__}")
     if any(d is not None for d in descales):
         raise NotImplementedError("flash4 has no FP8 paged attention; q_descale, k_descale and v_descale must be "
                                   "None with block_table")
@@ -61,26 +65,32 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
     options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                    return_softmax_lse=True, learnable_sink=learnable_sink)
-    if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
-        out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
-                                           block_table=block_table, **options)
-        out = out.flatten(0, 1)
-        lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
-    else:
-        out, lse = _mixed_query_counts(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options)
+    lengths_from = "seqused_k" if seqused_k is not None else "cu_seqlens_k's segment lengths"
+    starts = None if uniform else _segment_starts(cu_seqlens_q, total_q, max_seqlen_q)  # synchronizes
+    try:
+        if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
+            out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
+                                               block_table=block_table, **options)
+            out = out.flatten(0, 1)
+            lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
+        else:
+            out, lse = _mixed_query_counts(q, k, v, starts, lengths, block_table, options)
+    except (ValueError, TypeError) as e:  # the KV-cache call's names, told in this call's terms
+        kind = TypeError if isinstance(e, TypeError) else ValueError
+        raise kind(f"{e} (flash_attn_varlen_func with block_table runs flash_attn_with_kvcache with k_cache = "
+                      f"k, v_cache = v and cache_seqlens = {lengths_from})") from None
     return (out, lse) if want_lse else out
 
 
-def _mixed_query_counts(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options):
-    """A batch whose sequences have different query counts: the counts on the host (one synchronisation), then
-    the sequences of each count as one flash_attn_with_kvcache batch on their rows of q. Rows in no sequence get
-    out 0 and lse -inf, as in a packed call."""
+def _mixed_query_counts(q, k, v, starts, lengths, block_table, options):
+    """A batch whose sequences have different query counts (starts: cu_seqlens_q on the host, checked): the
+    sequences of each count as one flash_attn_with_kvcache batch on their rows of q. Rows in no sequence get out 0
+    and lse -inf, as in a packed call."""
     import torch
 
     from ._kvcache import flash_attn_with_kvcache
 
     total_q, heads = q.shape[0], q.shape[1]
-    starts = _segment_starts(cu_seqlens_q, total_q, max_seqlen_q)
     counts = starts[1:] - starts[:-1]
     out = q.new_zeros(total_q, heads, v.shape[-1])
     lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)

@@ -418,6 +418,10 @@ def test_varlen_with_block_table_refusals(monkeypatch):
         _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([0, 3, 1], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0, got 1"):
         _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([1, 2, 3], dtype=torch.int32))
+    with pytest.raises(TypeError, match="takes torch tensors; cu_seqlens_q is builtins.list"):
+        _paged_varlen(c, 2, cu_seqlens_q=[0, 2, 4])
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] = 65 exceeds .* cache_seqlens = seqused_k\)"):
+        _paged_varlen(c, 2, cu_seqlens_k=None, seqused_k=torch.tensor([17, 65], dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="seqused_q"):
         _paged_varlen(c, 2, seqused_q=torch.tensor([1, 2], dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="forward only"):
