@@ -383,6 +383,11 @@ def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap
                         learnable_sink)
     if through_custom_op(q=q, k=k, v=v, **_sequence_tensors(seq)):
         out, lse = torch.ops.flash4.fwd(q, k, v, *options, *seq)
+    elif _torch_func.wrapped(q, k, v, *(seq[6:] if seq else ())):  # inside torch.func.grad, vmap, ...
+        out, lse = _torch_func.FuncAttention.apply(q, k, v, *options, *seq)
     else:
         out, lse = _EagerAttention.apply(q, k, v, *options, *seq)
     return (out, lse) if return_lse else out
+
+
+from . import _torch_func  # noqa: E402  (it builds on the functions above)

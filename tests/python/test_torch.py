@@ -283,6 +283,77 @@ def test_first_derivative_with_create_graph_is_unchanged():
         assert torch.equal(a, b) and b.requires_grad
 
 
+# ---- torch.func ------------------------------------------------------------------------------------------
+
+
+def _same_or_close(got, want):
+    """Bit for bit on the CPU; within bf16's rounding on the GPU, whose atomic additions take any order."""
+    if got.is_cuda:
+        torch.testing.assert_close(got, want)
+    else:
+        assert torch.equal(got, want)
+
+
+def _func_inputs(device, seed=0):
+    """q (1, 9, 4, 64), k and v GQA 2:1, in float32 on the CPU and bf16 on the GPU."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    make = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)  # noqa: E731
+    return make(1, 9, 4, 64), make(1, 9, 2, 64), make(1, 9, 2, 64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_func_grad_equals_autograd(device):
+    q, k, v = _func_inputs(device)
+
+    def loss(q, k, v):
+        return flash4.flash_attn_func(q, k, v, causal=True).float().pow(2).sum()
+
+    grads = torch.func.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    loss(*leaves).backward()
+    for got, leaf in zip(grads, leaves):  # the GPU adds dQ / dK in any order outside deterministic mode
+        _same_or_close(got, leaf.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_func_vmap_and_per_sample_gradients(device):
+    # vmap folds the mapped dimension into flash4's batch (one call); per-sample gradients are vmap(grad(...)).
+    q, k, v = _func_inputs(device, seed=1)
+    samples = torch.stack([q[0], q[0].flip(0), q[0] * 0.5])  # (3, 9, 4, 64): mapped over dim 0
+    out = torch.func.vmap(lambda x: flash4.flash_attn_func(x[None], k, v, causal=True)[0])(samples)
+    for i, x in enumerate(samples):
+        _same_or_close(out[i], flash4.flash_attn_func(x[None], k, v, causal=True)[0])
+
+    def loss(x, k):
+        return flash4.flash_attn_func(x[None], k, v).float().pow(2).sum()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)), in_dims=(0, None))(samples, k)
+    for i, x in enumerate(samples):
+        for got, want in zip(per_sample, torch.func.grad(loss, argnums=(0, 1))(x, k)):
+            _same_or_close(got[i], want)
+
+
+def test_torch_func_jacrev_equals_the_autograd_jacobian():
+    q, k, v = (t[:, :5, :, :16] for t in _func_inputs("cpu", seed=2))
+    f = lambda q: flash4.flash_attn_func(q, k, v, causal=True)  # noqa: E731
+    torch.testing.assert_close(torch.func.jacrev(f)(q), torch.autograd.functional.jacobian(f, q), rtol=1e-6,
+                               atol=1e-6)
+
+
+def test_torch_func_refusals():
+    q, k, v = _func_inputs("cpu")
+    sink = torch.randn(4)
+    with pytest.raises(NotImplementedError, match="vmap over flash4 attention takes dense batches without a "
+                                                  "learnable_sink"):
+        torch.func.vmap(lambda x: flash4.flash_attn_func(x, k, v, learnable_sink=sink))(q[None])
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="vmap over flash4 attention takes dense batches"):
+        torch.func.vmap(lambda x: flash4.flash_attn_varlen_func(x, k[0], v[0], cu, cu, 5, 5))(q)
+    with pytest.raises(RuntimeError, match="second derivative through flash4 attention|jvp"):
+        torch.func.hessian(lambda x: flash4.flash_attn_func(x, k, v).sum())(q)
+
+
 def test_inference_mode():
     q = torch.randn(1, 8, 2, 64)
     with torch.inference_mode():
