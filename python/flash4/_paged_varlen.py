@@ -66,7 +66,7 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                    return_softmax_lse=True, learnable_sink=learnable_sink)
     lengths_from = "seqused_k" if seqused_k is not None else "cu_seqlens_k's segment lengths"
-    starts = None if uniform else _segment_starts(cu_seqlens_q, total_q, max_seqlen_q)  # synchronizes
+    starts = None if uniform else _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # synchronizes
     try:
         if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
             out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
@@ -107,26 +107,14 @@ def _mixed_query_counts(q, k, v, starts, lengths, block_table, options):
     return out, lse
 
 
-def _segment_starts(cu_seqlens_q, total_q, max_seqlen_q):
-    """cu_seqlens_q on the host (int64), checked as a packed batch's query offsets: they index q's rows, so a
-    bad value would select rows outside it."""
+def _segment_starts(cu_seqlens_q, q, max_seqlen_q):
+    """cu_seqlens_q on the host (int64), checked by the library's rule for a packed batch's query offsets (they
+    index q's rows): its keys' side is given the queries' own offsets and rows, which pass when the queries' do."""
     import torch
 
-    starts = cu_seqlens_q.detach().to("cpu", torch.int64)
-    counts = starts[1:] - starts[:-1]
-    if starts.numel() and int(starts[0]) != 0:
-        raise ValueError(f"cu_seqlens_q[0] must be 0, got {int(starts[0])}")
-    if counts.numel() and int(counts.min()) < 0:
-        b = int(torch.nonzero(counts < 0)[0])
-        raise ValueError(f"cu_seqlens_q must be non-decreasing, but cu_seqlens_q[{b + 1}] = {int(starts[b + 1])} < "
-                         f"cu_seqlens_q[{b}] = {int(starts[b])}")
-    if counts.numel() and int(counts.max()) > max_seqlen_q:
-        b = int(torch.argmax(counts))
-        raise ValueError(f"sequence {b} has {int(counts[b])} queries (cu_seqlens_q) but max_seqlen_q = "
-                         f"{max_seqlen_q}")
-    if int(starts[-1]) > total_q:
-        raise ValueError(f"cu_seqlens_q[-1] = {int(starts[-1])} exceeds q's total_q = {total_q} rows")
-    return starts
+    starts = cu_seqlens_q.detach().to("cpu")
+    check_varlen_offsets(q, q, starts, starts, max_seqlen_q, max_seqlen_q)
+    return starts.to(torch.int64)
 
 
 def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table, uniform):

@@ -11,8 +11,6 @@ import torch
 from ._torch_ops import (_N_DENSE_INPUTS, _NO_SEQUENCES, _NotTwiceDifferentiable, _input_gradients, _run_backward,
                          _run_forward, _saved, _setup_context, _usable_gradient)
 
-Tensor = torch.Tensor
-
 
 def wrapped(*tensors) -> bool:
     """Whether a torch.func transform wraps one of the tensors (None entries are skipped)."""

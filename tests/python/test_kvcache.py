@@ -410,13 +410,13 @@ def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():
 
 def test_varlen_with_block_table_refusals(monkeypatch):
     c = Case(2, 2, 4, 2, [17, 40], page_size=16)
-    with pytest.raises(ValueError, match=r"sequence 1 has 3 queries \(cu_seqlens_q\) but max_seqlen_q = 2"):
+    with pytest.raises(ValueError, match=r"segment 1 of cu_seqlens_q has 3 tokens but max_seqlen_q = 2"):
         _mixed_paged_varlen(c, [1, 3], 0, max_seqlen_q=2)
-    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\] = 5 exceeds q's total_q = 4 rows"):
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[2\] = 5 exceeds q.shape\[0\] \(total_q\) = 4"):
         _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([0, 2, 5], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"non-decreasing, but cu_seqlens_q\[2\] = 1 < cu_seqlens_q\[1\] = 3"):
         _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([0, 3, 1], dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0, got 1"):
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] = 1 but must be 0"):
         _paged_varlen(c, 2, max_seqlen_q=3, cu_seqlens_q=torch.tensor([1, 2, 3], dtype=torch.int32))
     with pytest.raises(TypeError, match="takes torch tensors; cu_seqlens_q is builtins.list"):
         _paged_varlen(c, 2, cu_seqlens_q=[0, 2, 4])
