@@ -146,7 +146,7 @@ Execution:
   --device auto|cpu|cuda   auto uses a supported CUDA GPU (sm_90) when present, else the CPU (default auto)
   --iters N                timed runs after one warm-up, 1 to 1000000; the median is reported (default 10)
   --seed N                 seed of the random inputs (default 0)
-  --exp2 auto|exact|poly   how the forward's softmax evaluates exp2: the backend's choice, libm/MUFU, or FA4's
+  --exp2 auto|exact|poly   how the forward's softmax evaluates exp2: the backend's choice, MUFU / CPU exp2, or FA4's
                            FMA-pipe polynomial (default auto; forward only)
   --no-conditional-rescale rescale the output on every new row maximum instead of FA4's lazy rescaling
                            (forward only)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/backends.h"
+#include "cpu/exp2_row.h"
 #include "cpu/multiversion.h"
 #include "cpu/packed_rows.h"
 #include "common/parallel_for.h"
@@ -87,8 +88,9 @@ RowStats row_stats(const BackwardArgs& args, const Problem& p, std::vector<doubl
 
 // For Q rows [q0, q0 + rows) of head (b, h) against keys [k0, k0 + n) whose tiles (q, dout, kt, vt) are
 // loaded: t.p = P and t.ds = dS = P * (dP - D) * d(softcap)/ds, both zero where masked.
-void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t b, int64_t h, int64_t q0, int64_t rows,
-                          int64_t k0, int64_t n, BackwardTiles& t) {
+FLASH4_CPU_MULTIVERSION void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t b, int64_t h,
+                                                  int64_t q0, int64_t rows, int64_t k0, int64_t n,
+                                                  BackwardTiles& t) {
   const detail::ScoreTransform transform = p.score_transform();
   const detail::SequenceMask mask = p.sequence_mask(b);
   const int64_t stat0 = st.at(p, b, h, p.layout().info(b).q_offset + q0);
@@ -100,24 +102,24 @@ void probabilities_and_ds(const Problem& p, const RowStats& st, int64_t b, int64
     const int64_t at = stat0 + r;
     const float lse_log2 = st.lse_log2[at], delta = st.delta[at];
     TileSpan span = tile_span(mask, q0 + r, k0, n);
-    if (lse_log2 == kNegInf) span = {0, 0};  // fully masked row: no probability anywhere
-    for (int64_t j = 0; j < n; ++j) {
-      if (j < span.begin || j >= span.end) {
-        pr[j] = 0.0f;
-        dsr[j] = 0.0f;
-        continue;
+    if (lse_log2 == kNegInf || span.empty()) span = {0, 0};  // no probability anywhere in this row of the tile
+    std::fill(pr, pr + span.begin, 0.0f);
+    std::fill(dsr, dsr + span.begin, 0.0f);
+    std::fill(pr + span.end, pr + n, 0.0f);
+    std::fill(dsr + span.end, dsr + n, 0.0f);
+    if (transform.has_softcap()) {
+      for (int64_t j = span.begin; j < span.end; ++j) {
+        const float th = std::tanh(pr[j] * transform.tanh_scale);
+        const float prob = exp2_accurate(transform.log2_scale * th - lse_log2);
+        pr[j] = prob;
+        dsr[j] = prob * (dsr[j] - delta) * (1.0f - th * th);
       }
-      float score = pr[j], dscore = 1.0f;
-      if (transform.has_softcap()) {
-        const float th = std::tanh(score * transform.tanh_scale);
-        score = transform.log2_scale * th;
-        dscore = 1.0f - th * th;
-      } else {
-        score *= transform.log2_scale;
+    } else {  // without branches, so that it vectorizes
+      for (int64_t j = span.begin; j < span.end; ++j) {
+        const float prob = exp2_accurate(pr[j] * transform.log2_scale - lse_log2);
+        pr[j] = prob;
+        dsr[j] = prob * (dsr[j] - delta);
       }
-      const float prob = std::exp2(score - lse_log2);
-      pr[j] = prob;
-      dsr[j] = prob * (dsr[j] - delta) * dscore;
     }
   }
 }

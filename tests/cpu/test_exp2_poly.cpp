@@ -1,4 +1,5 @@
-// The FMA-pipe exp2 polynomial (src/common/exp2_poly.h) and the CPU's vectorizable copy of it.
+// The FMA-pipe exp2 polynomial (src/common/exp2_poly.h), the CPU's vectorizable copy of it, and the CPU's
+// accurate exp2 (src/cpu/exp2_row.h).
 #include <cmath>
 #include <limits>
 #include <cstdint>
@@ -83,11 +84,50 @@ TEST(Exp2Poly, CpuVectorizableVersionIsBitIdentical) {
   }
 }
 
-TEST(Exp2Poly, ExactRowModeIsLibm) {
-  const float t[3] = {-3.25f, 0.0f, 2.5f};
-  float p[3];
-  cpu::exp2_row(t, 0.5f, p, 3, false);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(p[i], std::exp2(t[i] - 0.5f));
+// Distance from the correctly rounded 2^x in units in the last place of that value.
+double ulps_from_exact(float got, float x) {
+  const double exact = std::exp2(static_cast<double>(x));
+  const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
+  return std::abs(static_cast<double>(got) - exact) / ulp;
+}
+
+// The CPU path's default exp2: within 1.3 ulp over the whole normal range, sampled at every 2^-12 of the
+// softmax's inputs, every 2^-10 above 8, and in relative steps of 10^-4 and 10^-3 towards 0.
+TEST(Exp2Accurate, WithinOneAndAThirdUlpOverTheNormalRange) {
+  std::vector<float> xs = sweep(kNormalLo);
+  for (float x = 8.0f; x < 128.0f; x += 0.0009765625f) xs.push_back(x);
+  for (float x = -126.0f; x < -1e-30f; x -= x * 1e-4f) xs.push_back(x);
+  for (float x = 1e-30f; x < 1.0f; x *= 1.001f) xs.push_back(x), xs.push_back(-x);
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (float x : xs) {
+    const double u = ulps_from_exact(cpu::exp2_accurate(x), x);
+    if (u > worst) worst = u, worst_x = x;
+  }
+  EXPECT_LE(worst, 1.3) << "at x = " << worst_x;
+  EXPECT_GT(worst, 0.5) << "suspiciously exact: is the polynomial being tested at all?";
+}
+
+TEST(Exp2Accurate, EdgeValues) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (int e = -126; e <= 127; ++e) EXPECT_EQ(cpu::exp2_accurate(static_cast<float>(e)), std::ldexp(1.0f, e)) << e;
+  EXPECT_EQ(cpu::exp2_accurate(-0.0f), 1.0f);
+  EXPECT_EQ(cpu::exp2_accurate(-kInf), 0.0f);
+  EXPECT_EQ(cpu::exp2_accurate(-126.5f), 0.0f);  // below the normal range: flushed, as the GPU's ex2.approx.ftz
+  EXPECT_EQ(cpu::exp2_accurate(-1e30f), 0.0f);
+  EXPECT_EQ(cpu::exp2_accurate(kInf), kInf);
+  EXPECT_EQ(cpu::exp2_accurate(128.0f), kInf);
+  EXPECT_EQ(cpu::exp2_accurate(1e30f), kInf);
+  for (float x : {127.5f, 127.75f, 127.99999f}) EXPECT_LE(ulps_from_exact(cpu::exp2_accurate(x), x), 1.3) << x;
+  EXPECT_TRUE(std::isnan(cpu::exp2_accurate(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(cpu::exp2_accurate(-std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(Exp2Accurate, ExactRowModeUsesIt) {
+  std::vector<float> t = sweep(-20);
+  std::vector<float> p(t.size());
+  cpu::exp2_row(t.data(), 0.5f, p.data(), static_cast<int64_t>(t.size()), false);
+  for (size_t i = 0; i < t.size(); ++i) ASSERT_LE(ulps_from_exact(p[i], t[i] - 0.5f), 1.3) << t[i];
 }
 
 }  // namespace
