@@ -109,7 +109,7 @@ FLASH4_CPU_MULTIVERSION void probabilities_and_ds(const Problem& p, const RowSta
     std::fill(dsr + span.end, dsr + n, 0.0f);
     if (transform.has_softcap()) {
       for (int64_t j = span.begin; j < span.end; ++j) {
-        const float th = std::tanh(pr[j] * transform.tanh_scale);
+        const float th = tanh_from_exp2(pr[j] * transform.tanh_scale);
         const float prob = exp2_accurate(transform.log2_scale * th - lse_log2);
         pr[j] = prob;
         dsr[j] = prob * (dsr[j] - delta) * (1.0f - th * th);

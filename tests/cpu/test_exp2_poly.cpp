@@ -11,6 +11,7 @@
 #include "common/exp2_poly.h"
 #include "common/float_convert.h"
 #include "cpu/exp2_row.h"
+#include "cpu/score_transform.h"
 
 namespace flash4 {
 namespace {
@@ -128,6 +129,22 @@ TEST(Exp2Accurate, ExactRowModeUsesIt) {
   std::vector<float> p(t.size());
   cpu::exp2_row(t.data(), 0.5f, p.data(), static_cast<int64_t>(t.size()), false);
   for (size_t i = 0; i < t.size(); ++i) ASSERT_LE(ulps_from_exact(p[i], t[i] - 0.5f), 1.3) << t[i];
+}
+
+// The softcap's tanh on the CPU (cpu/score_transform.h): the GPU's formula on exp2_accurate.
+TEST(TanhFromExp2, AbsoluteErrorBelow3e7) {
+  double worst = 0.0;
+  float worst_y = 0.0f;
+  for (int64_t i = -20 * 4096; i <= 20 * 4096; ++i) {
+    const float y = static_cast<float>(i) / 4096.0f;
+    const double err = std::abs(cpu::tanh_from_exp2(y) - std::tanh(static_cast<double>(y)));
+    if (err > worst) worst = err, worst_y = y;
+  }
+  EXPECT_LE(worst, 3e-7) << "at y = " << worst_y;
+  EXPECT_EQ(cpu::tanh_from_exp2(0.0f), 0.0f);
+  EXPECT_EQ(cpu::tanh_from_exp2(1e30f), 1.0f);
+  EXPECT_EQ(cpu::tanh_from_exp2(-std::numeric_limits<float>::infinity()), -1.0f);
+  EXPECT_TRUE(std::isnan(cpu::tanh_from_exp2(std::numeric_limits<float>::quiet_NaN())));
 }
 
 }  // namespace
