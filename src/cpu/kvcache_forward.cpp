@@ -1,8 +1,9 @@
 // CPU KV-cache attention (flash4/kvcache.h): append the new keys and values to the cache (rotated when asked),
-// then split-KV attention: one task per (sequence, head, 64-row query tile, split) streams its part of the
-// sequence's keys through an online softmax into a partial output and LSE (fp32), and a combine step merges the
-// splits by their LSE (common/lse_combine.h), as the GPU's split and combine kernels will. Keys are found through
-// the sequence's PagedKeys (common/paged_keys.h), so contiguous and paged caches share every loop.
+// then split-KV attention: one task per (sequence, KV head, 64-row tile of the group's query rows, split)
+// streams its part of the sequence's keys through an online softmax into a partial output and LSE (fp32), and a
+// combine step merges the splits by their LSE (common/lse_combine.h), as the GPU's split and combine kernels do.
+// Keys are found through the sequence's PagedKeys (common/paged_keys.h), so contiguous and paged caches share
+// every loop.
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -97,24 +98,38 @@ struct Partials {
 };
 
 // Keys rows [j0, j0 + n) of sequence b, KV head hk: K transposed into kt (d x kBlockN), V into v (n x d).
-void load_keys(const KvCacheArgs& a, const PagedKeys& keys, int64_t j0, int64_t n, int64_t hk, SplitTiles& t) {
+// Keys of one page (all of them in a contiguous cache) are consecutive rows of one slot: one lookup per run.
+FLASH4_CPU_MULTIVERSION void load_keys(const KvCacheArgs& a, const PagedKeys& keys, int64_t j0, int64_t n,
+                                       int64_t hk, SplitTiles& t) {
   const int64_t d = a.q.shape[3];
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = 0; r < n;) {
+    int64_t run = 1;
+    while (r + run < n && keys.same_page(j0 + r, j0 + r + run)) ++run;
     const CacheRow src = keys.at(j0 + r);
-    load_rows_transposed(a.k_cache, src.slot, src.row, 1, hk, t.kt.data() + r, kBlockN);
-    load_rows(a.v_cache, src.slot, src.row, 1, hk, t.v.data() + r * d);
+    load_rows_transposed(a.k_cache, src.slot, src.row, run, hk, t.kt.data() + r, kBlockN);
+    load_rows(a.v_cache, src.slot, src.row, run, hk, t.v.data() + r * d);
+    r += run;
   }
 }
 
-// Split `split` of rows [q0, q0 + kBlockM) of sequence b, head h.
-FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t h,
-                                          int64_t q0, int64_t split, int64_t splits, Partials& out, SplitTiles& t) {
+// The query rows of one KV head, packed: the `group` query heads that share KV head hk take turns row by row,
+// row r being query i = r / group of head hk * group + r % group. A tile of these rows reads each key and value
+// once for every head of the group (the GPU's decode kernel packs its rows the same way).
+struct GroupRows {
+  int64_t hk, group;
+  int64_t query(int64_t r) const { return r / group; }
+  int64_t head(int64_t r) const { return hk * group + r % group; }
+};
+
+// Split `split` of packed rows [r0, r0 + kBlockM) of sequence b, KV head hk (GroupRows).
+FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t hk,
+                                          int64_t r0, int64_t split, int64_t splits, Partials& out, SplitTiles& t) {
   const Problem& s = p.attention;
-  const int64_t d = s.head_dim, hk = h / s.group();
-  const int64_t rows = std::min<int64_t>(kBlockM, s.seqlen_q - q0);
-  const int64_t row0 = (b * s.heads + h) * s.seqlen_q + q0;  // first row in Partials
+  const int64_t d = s.head_dim;
+  const GroupRows packed{hk, s.group()};
+  const int64_t rows = std::min<int64_t>(kBlockM, s.seqlen_q * packed.group - r0);
   const SequenceMask mask = p.sequence_mask(b);
-  const IndexRange visible = mask.keys_of_any_row(q0, q0 + rows - 1);
+  const IndexRange visible = mask.keys_of_any_row(packed.query(r0), packed.query(r0 + rows - 1));
   int64_t lo = 0, hi = -1;
   split_keys(visible.lo, visible.hi, kBlockN, splits, split, lo, hi);
 
@@ -124,9 +139,10 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
     const ScoreTransform transform = s.score_transform();
     const PagedKeys keys = p.keys(b);
     Rotary rotate(a, p);
-    load_rows(a.q, b, q0, rows, h, t.q.data());
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t position = p.cache_length(b) + (p.rotary_q_per_row() ? q0 + r : 0);
+      const int64_t i = packed.query(r0 + r);
+      load_rows(a.q, b, i, 1, packed.head(r0 + r), t.q.data() + r * d);
+      const int64_t position = p.cache_length(b) + (p.rotary_q_per_row() ? i : 0);
       rotate(t.q.data() + r * d, p.rotary_position(b, position));
     }
     for (int64_t k0 = lo; k0 <= hi; k0 += kBlockN) {
@@ -135,7 +151,7 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
       matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, kBlockN, d);  // S = Q K^T (columns >= n unused)
       for (int64_t r = 0; r < rows; ++r) {
         float* row = t.s.data() + r * kBlockN;
-        const TileSpan span = tile_span(mask, q0 + r, k0, n);
+        const TileSpan span = tile_span(mask, packed.query(r0 + r), k0, n);
         std::fill(row + n, row + kBlockN, 0.0f);
         if (span.empty()) {
           std::fill(row, row + n, 0.0f);
@@ -158,9 +174,10 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float scale = state[r].l > 0.0f ? 1.0f / state[r].l : 0.0f;
-    float* o = out.o_row(split, row0 + r);
+    const int64_t row = (b * s.heads + packed.head(r0 + r)) * s.seqlen_q + packed.query(r0 + r);
+    float* o = out.o_row(split, row);
     for (int64_t x = 0; x < d; ++x) o[x] = t.o[r * d + x] * scale;
-    out.lse_of(split, row0 + r) = state[r].lse();
+    out.lse_of(split, row) = state[r].lse();
   }
 }
 
@@ -193,6 +210,7 @@ void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
   if (a.out.numel() == 0) return append_new_keys(a, p);
   const int64_t q_tiles = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t packed_tiles = (s.seqlen_q * s.group() + kBlockM - 1) / kBlockM;  // per (sequence, KV head)
   int64_t max_keys = 0;  // of the longest sequence, appended keys included (known before the append)
   for (int64_t b = 0; b < s.batch; ++b) max_keys = std::max(max_keys, p.seqlen_k(b));
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
@@ -200,7 +218,7 @@ void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   // blocks): a larger num_splits runs as that many, with the same result.
   const int64_t key_blocks = std::max<int64_t>(1, (max_keys + kBlockN - 1) / kBlockN);
   const int64_t wanted =
-      p.num_splits > 0 ? p.num_splits : choose_num_splits(threads, s.batch * s.heads * q_tiles, max_keys);
+      p.num_splits > 0 ? p.num_splits : choose_num_splits(threads, s.batch * s.heads_kv * packed_tiles, max_keys);
   const int64_t splits = std::min(key_blocks, wanted);
 
   // The partial results are allocated before the append writes the caches, so that running out of memory
@@ -211,13 +229,13 @@ void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   parts.o.resize(static_cast<size_t>(splits * parts.rows_per_split * s.head_dim));
   parts.lse.resize(static_cast<size_t>(splits * parts.rows_per_split));
   append_new_keys(a, p);
-  const int64_t tiles = s.batch * s.heads * q_tiles;
-  parallel_for(tiles * splits, [&](int64_t task) {
+  parallel_for(s.batch * s.heads_kv * packed_tiles * splits, [&](int64_t task) {
     SplitTiles t(s.head_dim);
     const int64_t split = task % splits, tile = task / splits;
-    const int64_t qt = tile % q_tiles, bh = tile / q_tiles;
-    attend_split(a, p, bh / s.heads, bh % s.heads, qt * kBlockM, split, splits, parts, t);
+    const int64_t pt = tile % packed_tiles, bhk = tile / packed_tiles;
+    attend_split(a, p, bhk / s.heads_kv, bhk % s.heads_kv, pt * kBlockM, split, splits, parts, t);
   });
+  const int64_t tiles = s.batch * s.heads * q_tiles;
   parallel_for(tiles, [&](int64_t tile) {
     const int64_t qt = tile % q_tiles, bh = tile / q_tiles;
     combine_rows(a, p, bh / s.heads, bh % s.heads, qt * kBlockM, splits, parts);

@@ -42,6 +42,24 @@ TEST(KvCache, ContiguousMultiQuery) {
   run_case(with(spec(2, 16, 4, 1, {0, 9}), [](KvCaseSpec& s) { s.causal = true; }));  // rows with no key
 }
 
+// The query heads of a KV head share a tile, row by row (GroupRows in src/cpu/kvcache_forward.cpp): groups of 3
+// and 5 whose rows straddle the 64-row tiles (query 21's three rows are 63, 64, 65), with masks per query, the
+// sink per head, rotary per query position and splits.
+TEST(KvCache, GroupRowsAcrossTiles) {
+  run_case(with(spec(2, 30, 6, 2, {70, 45}), [](KvCaseSpec& s) {
+    s.causal = true;
+    s.window_left = 9;
+    s.sink = true;
+    s.num_splits = 2;
+  }));
+  run_case(with(spec(1, 17, 10, 2, {300}), [](KvCaseSpec& s) {
+    s.seqlen_new = 17;
+    s.causal = true;
+    s.rotary = Rotary::kNeox;
+    s.page_size = 16;
+  }));
+}
+
 TEST(KvCache, AppendContiguous) {
   run_case(with(spec(3, 1, 4, 2, {17, 0, 64}), [](KvCaseSpec& s) { s.seqlen_new = 1; }));
   run_case(with(spec(2, 7, 4, 2, {31, 5}), [](KvCaseSpec& s) {
