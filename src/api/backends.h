@@ -14,7 +14,9 @@ Problem validate(const BackwardArgs& args, Validation scope = Validation::kFull)
 
 // CPU backend (src/cpu): tiled FlashAttention with online softmax and conditional rescaling.
 void cpu_forward(const ForwardArgs& args, const Problem& p);
-void cpu_backward(const BackwardArgs& args, const Problem& p);
+// The CPU backward's schedule: both give the same bits (tests compare them); kAuto picks by the thread count.
+enum class CpuBackwardPasses { kAuto, kTwo, kSingle };
+void cpu_backward(const BackwardArgs& args, const Problem& p, CpuBackwardPasses passes = CpuBackwardPasses::kAuto);
 
 // CUDA backend (src/kernels). In a build without CUDA these report "built without CUDA".
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p);

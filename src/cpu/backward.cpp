@@ -5,12 +5,15 @@
 //      (GQA sums) and every Q tile;
 //   2. per (batch, head, Q tile): dQ = sum dS K over the K tiles.
 // The scores and dS are computed twice (once per pass): 7 tile products per tile pair instead of 5, the price
-// of not sharing a dQ accumulator between threads. Dense and packed batches share the code (cpu/packed_rows.h).
+// of not sharing a dQ accumulator between threads. When the (batch, kv head) pairs alone keep the threads busy,
+// one task per pair runs both passes at once instead (dkdv_dq_head): 5 products, the same additions in the same
+// order, so the same bits. Dense and packed batches share the code (cpu/packed_rows.h).
 // With a learnable sink, P = exp(S - LSE) is unchanged (LSE includes the sink) and
 // dsink[h] = -sum_i exp(sink[h] - LSE_i) * D_i over every used row i of head h, summed in a fixed order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "api/backends.h"
@@ -179,9 +182,57 @@ FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p,
   store_rows(dq, args.dq, e, seq.q_offset + q0, rows, h);
 }
 
+// Both passes for kv head (b, hk) in one task: its K tiles in order, each against every Q tile of the group's
+// heads as in dkdv_tile, with dS K added into fp32 dQ accumulators of the whole group (`dq`, task-local) in the
+// key-tile order dq_tile adds them; the scores and dS once instead of twice.
+FLASH4_CPU_MULTIVERSION void dkdv_dq_head(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b,
+                                          int64_t hk, BackwardTiles& t, std::vector<float>& dq) {
+  const detail::SequenceInfo seq = p.layout().info(b);
+  const int64_t d = p.head_dim, d_v = p.head_dim_v, e = entry_index(p, b), group = p.group();
+  dq.assign(static_cast<size_t>(group * seq.seqlen_q * d), 0.0f);
+  const detail::SequenceMask mask = p.sequence_mask(b);
+  for (int64_t k0 = 0; k0 < seq.seqlen_k; k0 += kBlockN) {
+    const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
+    float* dk = t.acc_a.data();
+    float* dv = t.acc_b.data();
+    std::fill(dk, dk + n * d, 0.0f);
+    std::fill(dv, dv + n * d_v, 0.0f);
+    load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
+    load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
+    load_rows(args.k, e, seq.k_offset + k0, n, hk, t.k.data());
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = hk * group + g;
+      for (int64_t q0 = 0; q0 < seq.seqlen_q; q0 += kBlockM) {
+        const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
+        if (!mask.block_visible(q0, q0 + rows - 1, k0, k0 + n - 1)) continue;
+        load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
+        load_rows(args.dout, e, seq.q_offset + q0, rows, h, t.dout.data());
+        probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
+        matmul_add_at(t.p.data(), t.dout.data(), dv, n, d_v, rows);                   // dV += P^T dO
+        matmul_add_at(t.ds.data(), t.q.data(), dk, n, d, rows);                     // dK += dS^T Q
+        matmul_add(t.ds.data(), t.k.data(), dq.data() + (g * seq.seqlen_q + q0) * d, rows, d, n);  // dQ += dS K
+      }
+    }
+    for (int64_t x = 0; x < n * d; ++x) dk[x] *= p.softmax_scale;
+    store_rows(dk, args.dk, e, seq.k_offset + k0, n, hk);
+    store_rows(dv, args.dv, e, seq.k_offset + k0, n, hk);
+  }
+  for (float& x : dq) x *= p.softmax_scale;
+  for (int64_t g = 0; g < group; ++g)
+    store_rows(dq.data() + g * seq.seqlen_q * d, args.dq, e, seq.q_offset, seq.seqlen_q, hk * group + g);
+}
+
+// Whether the single-pass backward (dkdv_dq_head) runs: its (batch, kv head) tasks must keep every thread busy
+// (two or more each, so that unequal packed sequences even out) and its dQ accumulators stay small.
+bool single_pass(const Problem& p) {
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t accumulator_bytes = p.group() * longest_entry(p, false) * p.head_dim * 4;
+  return p.batch * p.heads_kv >= 2 * threads && accumulator_bytes <= (int64_t{64} << 20);
+}
+
 }  // namespace
 
-void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
+void cpu_backward(const BackwardArgs& user_args, const Problem& p, CpuBackwardPasses passes) {
   BackwardArgs args = user_args;
   for (TensorView* t : {&args.dout, &args.q, &args.k, &args.v, &args.out, &args.dq, &args.dk, &args.dv})
     *t = batched_tokens(*t);
@@ -199,6 +250,14 @@ void cpu_backward(const BackwardArgs& user_args, const Problem& p) {
     const std::vector<char> covered = covered_rows(p, true);
     zero_uncovered(args.dk, covered, row_grid(p, true));
     zero_uncovered(args.dv, covered, row_grid(p, true));
+  }
+  if (passes == CpuBackwardPasses::kSingle || (passes == CpuBackwardPasses::kAuto && single_pass(p))) {
+    parallel_for(p.batch * p.heads_kv, [&](int64_t task) {
+      BackwardTiles tiles(p.head_dim, p.head_dim_v);
+      std::vector<float> dq;
+      dkdv_dq_head(args, p, st, task / p.heads_kv, task % p.heads_kv, tiles, dq);
+    });
+    return;
   }
   const int64_t k_tiles = (longest_entry(p, true) + kBlockN - 1) / kBlockN;
   parallel_for(p.batch * p.heads_kv * k_tiles, [&](int64_t task) {
