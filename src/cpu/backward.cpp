@@ -223,11 +223,14 @@ FLASH4_CPU_MULTIVERSION void dkdv_dq_head(const BackwardArgs& args, const Proble
 }
 
 // Whether the single-pass backward (dkdv_dq_head) runs: its (batch, kv head) tasks must keep every thread busy
-// (two or more each, so that unequal packed sequences even out) and its dQ accumulators stay small.
+// (two or more each, so that unequal packed sequences even out), and the dQ accumulators of the tasks running
+// at once must stay small (64 MB each, 256 MB in all), so that many cores and long sequences do not make the
+// backward allocate gigabytes the two passes do without.
 bool single_pass(const Problem& p) {
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   const int64_t accumulator_bytes = p.group() * longest_entry(p, false) * p.head_dim * 4;
-  return p.batch * p.heads_kv >= 2 * threads && accumulator_bytes <= (int64_t{64} << 20);
+  return p.batch * p.heads_kv >= 2 * threads && accumulator_bytes <= (int64_t{64} << 20) &&
+         accumulator_bytes * threads <= (int64_t{256} << 20);
 }
 
 }  // namespace
