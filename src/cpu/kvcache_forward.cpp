@@ -82,6 +82,8 @@ void append_new_keys(const KvCacheArgs& a, const KvCacheProblem& p) {
   });
 }
 
+constexpr int64_t kDotScoreRows = 16;
+
 struct SplitTiles {
   std::vector<float> q, kt, v, s, o;  // (M, d), (d, N), (N, d), (M, N), (M, d)
   explicit SplitTiles(int64_t d)
@@ -98,17 +100,34 @@ struct Partials {
 };
 
 // Keys rows [j0, j0 + n) of sequence b, KV head hk: K transposed into kt (d x kBlockN), V into v (n x d).
-// Keys of one page (all of them in a contiguous cache) are consecutive rows of one slot: one lookup per run.
+// Keys [j0, j0 + n) of KV head hk into t. Keys of one page (all of them in a contiguous cache) are consecutive
+// rows of one slot: one lookup per run. K goes to t.kt transposed (d x kBlockN) for matmul_set, or as its rows
+// (n x d) for matmul_set_dot. Then the next block's rows, up to key `prefetch_end`, are asked of the memory
+// system, to arrive while this block computes: a task reads one KV head of the cache, a row every heads_kv rows,
+// which the hardware prefetchers do not run ahead of.
 FLASH4_CPU_MULTIVERSION void load_keys(const KvCacheArgs& a, const PagedKeys& keys, int64_t j0, int64_t n,
-                                       int64_t hk, SplitTiles& t) {
+                                       int64_t hk, bool k_rows, int64_t prefetch_end, SplitTiles& t) {
   const int64_t d = a.q.shape[3];
   for (int64_t r = 0; r < n;) {
     int64_t run = 1;
     while (r + run < n && keys.same_page(j0 + r, j0 + r + run)) ++run;
     const CacheRow src = keys.at(j0 + r);
-    load_rows_transposed(a.k_cache, src.slot, src.row, run, hk, t.kt.data() + r, kBlockN);
+    if (k_rows) {
+      load_rows(a.k_cache, src.slot, src.row, run, hk, t.kt.data() + r * d);
+    } else {
+      load_rows_transposed(a.k_cache, src.slot, src.row, run, hk, t.kt.data() + r, kBlockN);
+    }
     load_rows(a.v_cache, src.slot, src.row, run, hk, t.v.data() + r * d);
     r += run;
+  }
+  for (int64_t j = j0 + n; j < std::min(j0 + 2 * n, prefetch_end); ++j) {
+    const CacheRow src = keys.at(j);
+    for (const TensorView* cache : {&a.k_cache, &a.v_cache}) {
+      const int64_t element = cache->dtype == DType::kFloat32 ? 4 : cache->dtype == DType::kFloat8E4M3 ? 1 : 2;
+      const char* row = static_cast<const char*>(cache->data) +
+                        element * (src.slot * cache->stride[0] + src.row * cache->stride[1] + hk * cache->stride[2]);
+      for (int64_t byte = 0; byte < d * element; byte += 64) __builtin_prefetch(row + byte);
+    }
   }
 }
 
@@ -133,6 +152,8 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
   int64_t lo = 0, hi = -1;
   split_keys(visible.lo, visible.hi, kBlockN, splits, split, lo, hi);
 
+  // Few rows (decode) take their scores as dot products with K's rows: transposing K would cost more.
+  const bool dot_scores = rows <= kDotScoreRows;
   OnlineSoftmaxRow state[kBlockM];
   std::fill(t.o.begin(), t.o.end(), 0.0f);
   if (lo <= hi) {
@@ -147,8 +168,12 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
     }
     for (int64_t k0 = lo; k0 <= hi; k0 += kBlockN) {
       const int64_t n = std::min<int64_t>(kBlockN, hi + 1 - k0);
-      load_keys(a, keys, k0, n, hk, t);
-      matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, kBlockN, d);  // S = Q K^T (columns >= n unused)
+      load_keys(a, keys, k0, n, hk, dot_scores, hi + 1, t);
+      if (dot_scores) {
+        matmul_set_dot(t.q.data(), t.kt.data(), t.s.data(), rows, n, d, kBlockN);  // S = Q K^T, n columns
+      } else {
+        matmul_set(t.q.data(), t.kt.data(), t.s.data(), rows, kBlockN, d);  // S = Q K^T (columns >= n unused)
+      }
       for (int64_t r = 0; r < rows; ++r) {
         float* row = t.s.data() + r * kBlockN;
         const TileSpan span = tile_span(mask, packed.query(r0 + r), k0, n);

@@ -179,6 +179,41 @@ inline int cpu_vector_width() {
 }  // namespace tile_math_detail
 #endif  // FLASH4_CPU_AVX2_BLOCKS
 
+// c(m x n, rows ldc apart) = a(m x k) * b(n x k)^T with b row-major (K as the cache stores it, not transposed):
+// each element a dot product, its k terms summed in 16 lanes (term x in lane x % 16, in ascending x), the two
+// halves of the lanes added, the last 8 terms (k % 16 = 8) added to those, then a fixed tree: a given shape
+// always gives the same bits. For few rows of a (decode: the query rows of one KV head), where transposing b
+// for matmul_set would cost more than the products. k is a multiple of 8.
+inline void matmul_set_dot(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int64_t ldc) {
+  typedef float L8 __attribute__((vector_size(32)));  // the 16 lanes as two halves: one AVX2 register each
+  typedef float L4 __attribute__((vector_size(16)));
+  const int64_t k16 = k / 16 * 16;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* bj = b + j * k;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* ai = a + i * k;
+      L8 low = {}, high = {}, a0, a1, b0, b1;
+      for (int64_t x = 0; x < k16; x += 16) {
+        __builtin_memcpy(&a0, ai + x, sizeof(a0));
+        __builtin_memcpy(&a1, ai + x + 8, sizeof(a1));
+        __builtin_memcpy(&b0, bj + x, sizeof(b0));
+        __builtin_memcpy(&b1, bj + x + 8, sizeof(b1));
+        low += a0 * b0;
+        high += a1 * b1;
+      }
+      L8 half = low + high;
+      if (k16 < k) {  // the last 8 terms
+        __builtin_memcpy(&a0, ai + k16, sizeof(a0));
+        __builtin_memcpy(&b0, bj + k16, sizeof(b0));
+        half += a0 * b0;
+      }
+      const L4 quarter =
+          __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
+      c[i * ldc + j] = (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+    }
+  }
+}
+
 // c(m x n) = a(m x k) * bt(k x n); bt is the second operand stored transposed (e.g. K^T for S = Q K^T).
 inline void matmul_set(const float* a, const float* bt, float* c, int64_t m, int64_t n, int64_t k) {
 #if FLASH4_CPU_AVX2_BLOCKS

@@ -1,6 +1,7 @@
 // The CPU path's tile products (src/cpu/tile_math.h): every register-block width this CPU runs against an fp64
 // product, the AVX2 and AVX-512 blocks bit for bit against each other, and zeros of the left operand skipped
-// (a masked probability meets a NaN or inf row of the right operand without making it NaN).
+// (a masked probability meets a NaN or inf row of the right operand without making it NaN); the decode
+// scores' dot products.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -122,6 +123,35 @@ TEST(TileMath, ZerosOfTheLeftOperandSkipNonFiniteRows) {
       for (int64_t i = 0; i < o.m; ++i) (op == Op::kAddAt ? o.a[3 * o.m + i] : o.a[i * o.k + 3]) = 0.0f;
       const std::vector<float> c = run(entry_of(w, op), o);
       for (float x : c) ASSERT_TRUE(std::isfinite(x)) << "op " << static_cast<int>(op);
+    }
+  }
+}
+
+// matmul_set_dot (decode scores: b row-major, rows of c ldc apart) against fp64; columns past n untouched.
+TEST(TileMath, DotProductsMatchFp64) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const int64_t shapes[][3] = {{4, 64, 128}, {1, 1, 8}, {16, 37, 96}, {7, 64, 256}, {3, 5, 24}};  // k % 16 = 0, 8
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], k = shape[2], ldc = n + 3;
+    std::vector<float> a(m * k), b(n * k), c(m * ldc, -7.0f);
+    for (float& x : a) x = normal(rng);
+    for (float& x : b) x = normal(rng);
+    matmul_set_dot(a.data(), b.data(), c.data(), m, n, k, ldc);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= n) {
+          ASSERT_EQ(c[i * ldc + j], -7.0f) << "column " << j << " past n was written";
+          continue;
+        }
+        double ref = 0.0, mag = 0.0;
+        for (int64_t x = 0; x < k; ++x) {
+          ref += static_cast<double>(a[i * k + x]) * b[j * k + x];
+          mag += std::abs(static_cast<double>(a[i * k + x]) * b[j * k + x]);
+        }
+        ASSERT_NEAR(c[i * ldc + j], ref, 1e-6 * mag) << "m " << m << " n " << n << " k " << k << " at " << i << ", "
+                                                      << j;
+      }
     }
   }
 }
