@@ -18,6 +18,11 @@ void cpu_forward(const ForwardArgs& args, const Problem& p);
 enum class CpuBackwardPasses { kAuto, kTwo, kSingle };
 void cpu_backward(const BackwardArgs& args, const Problem& p, CpuBackwardPasses passes = CpuBackwardPasses::kAuto);
 
+// The CPU forward's decode route (src/cpu/forward_decode_route.cpp): few query rows per KV head run on the
+// KV-cache path's split-KV attention.
+bool cpu_decode_route(const ForwardArgs& args, const Problem& p);
+void cpu_decode_forward(const ForwardArgs& args, const Problem& p);
+
 // CUDA backend (src/kernels). In a build without CUDA these report "built without CUDA".
 Support cuda_can_forward(const ForwardArgs& args, const Problem& p);
 Support cuda_can_backward(const BackwardArgs& args, const Problem& p);

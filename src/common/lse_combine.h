@@ -28,8 +28,11 @@ FLASH4_HD float combined_lse_from_sum(float m, float sum, bool has_sink, float s
   return m + logf(sum);
 }
 
-// The merged lse of parts lse[0 .. n) (stride apart) and, when has_sink, the extra logit `sink`.
+// The merged lse of parts lse[0 .. n) (stride apart) and, when has_sink, the extra logit `sink`. A NaN part
+// (NaN in its inputs) makes the merge NaN, as an unsplit row would be, instead of being dropped by the max.
 FLASH4_HD float combined_lse(const float* lse, int64_t n, int64_t stride, bool has_sink, float sink) {
+  for (int64_t s = 0; s < n; ++s)
+    if (lse[s * stride] != lse[s * stride]) return lse[s * stride];
   float m = has_sink ? sink : negative_infinity();
   for (int64_t s = 0; s < n; ++s) m = lse[s * stride] > m ? lse[s * stride] : m;
   float sum = 0.0f;

@@ -118,6 +118,7 @@ FLASH4_CPU_MULTIVERSION void forward_tile(const ForwardArgs& args, const Problem
 }  // namespace
 
 void cpu_forward(const ForwardArgs& user_args, const Problem& p) {
+  if (cpu_decode_route(user_args, p)) return cpu_decode_forward(user_args, p);
   ForwardArgs args = user_args;
   args.q = batched_tokens(args.q);
   args.k = batched_tokens(args.k);

@@ -2,6 +2,7 @@
 // softcap, GQA, head dims, dtypes, strides and both exp2 modes.
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -73,6 +74,17 @@ std::vector<CaseSpec> forward_cases() {
     s.sink = true, s.window_left = 30, s.window_right = 0, s.softcap = 10.0f, s.input_stddev = 3.0;
   }));
   c.push_back(with(make_spec(1, 100, 100, 2, 2, 64, kBF16), [](CaseSpec& s) { s.sink = true, s.sink_offset = 8.0; }));
+  // The decode route (cpu_decode_route: at most 16 queries, a KV head's query rows in one 64-row tile): GQA
+  // decode with split keys, speculative steps with causal + window, 64 rows with softcap and sink, k / v
+  // broadcast, strided views, and causal rows with no key.
+  c.push_back(with(make_spec(3, 1, 2000, 32, 8, 128, kBF16), [](CaseSpec& s) { s.causal = true; }));
+  c.push_back(with(make_spec(2, 5, 700, 12, 4, 64, kF16), [](CaseSpec& s) { s.causal = true, s.window_left = 100; }));
+  c.push_back(with(make_spec(1, 16, 900, 4, 1, 96, kF32), [](CaseSpec& s) { s.softcap = 5.0f, s.sink = true; }));
+  c.push_back(with(make_spec(3, 2, 300, 4, 2, 64, kBF16), [](CaseSpec& s) { s.broadcast_kv = true; }));
+  c.push_back(with(make_spec(2, 3, 400, 6, 3, 128, kBF16), [](CaseSpec& s) {
+    s.layout = Layout::kStrided, s.causal = true;
+  }));
+  c.push_back(with(make_spec(1, 12, 5, 4, 2, 64, kF32), [](CaseSpec& s) { s.causal = true; }));
   // seqlen 4096 on sampled rows.
   c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 64, kBF16), [](CaseSpec& s) { s.checked_rows = 48; }));
   c.push_back(with(make_spec(1, 4096, 4096, 1, 1, 128, kF32), [](CaseSpec& s) {
@@ -151,6 +163,57 @@ TEST(CpuForwardOptions, LseIsOptional) {
   detail::cpu_forward(args, make_problem(args));
   EXPECT_EQ(t.out.to_double(), expected);
   for (double x : t.lse.to_double()) ASSERT_TRUE(std::isnan(x));
+}
+
+// The decode route with seqused_k: each sequence attends to its first seqused_k keys (causal aligned to them), as
+// a call on those keys alone; a sequence using none gets out 0 and lse -inf. Also without an LSE tensor.
+TEST(CpuForwardDecodeRoute, SequsedKIsACallOnTheUsedKeys) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  constexpr int64_t kBatch = 3, kSq = 2, kSk = 500, kHeads = 8, kHeadsKv = 2, kD = 64;
+  const std::vector<int> used = {500, 37, 0};
+  std::vector<float> q(kBatch * kSq * kHeads * kD), k(kBatch * kSk * kHeadsKv * kD), v(k.size());
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = normal(rng);
+  std::vector<float> out(q.size(), -1.0f), lse(kBatch * kHeads * kSq, -1.0f);
+  const Device cpu = Device::cpu();
+  ForwardArgs a;
+  a.q = make_view(q.data(), kF32, cpu, kBatch, kSq, kHeads, kD);
+  a.k = make_view(k.data(), kF32, cpu, kBatch, kSk, kHeadsKv, kD);
+  a.v = make_view(v.data(), kF32, cpu, kBatch, kSk, kHeadsKv, kD);
+  a.out = make_view(out.data(), kF32, cpu, kBatch, kSq, kHeads, kD);
+  a.lse = make_view(lse.data(), kF32, cpu, kBatch, kHeads, kSq);
+  a.seqused_k = make_view(const_cast<int*>(used.data()), DType::kInt32, cpu, kBatch);
+  a.causal = true;
+  ASSERT_TRUE(detail::cpu_decode_route(a, make_problem(a)));
+  flash4::forward(a);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    const int64_t q_at = b * kSq * kHeads * kD;
+    if (used[b] == 0) {
+      for (int64_t i = 0; i < kSq * kHeads * kD; ++i) ASSERT_EQ(out[q_at + i], 0.0f) << "sequence " << b;
+      for (int64_t i = 0; i < kHeads * kSq; ++i) ASSERT_EQ(lse[b * kHeads * kSq + i], -INFINITY) << "sequence " << b;
+      continue;
+    }
+    std::vector<float> o(kSq * kHeads * kD), l(kHeads * kSq);
+    ForwardArgs one;
+    one.q = make_view(q.data() + q_at, kF32, cpu, 1, kSq, kHeads, kD);
+    one.k = a.k, one.v = a.v;  // sequence b's first used[b] keys, rows kSk * kHeadsKv * kD apart per sequence
+    one.k.data = k.data() + b * kSk * kHeadsKv * kD, one.v.data = v.data() + b * kSk * kHeadsKv * kD;
+    one.k.shape[0] = one.v.shape[0] = 1;
+    one.k.shape[1] = one.v.shape[1] = used[b];
+    one.out = make_view(o.data(), kF32, cpu, 1, kSq, kHeads, kD);
+    one.lse = make_view(l.data(), kF32, cpu, 1, kHeads, kSq);
+    one.causal = true;
+    flash4::forward(one);
+    for (int64_t i = 0; i < kSq * kHeads * kD; ++i) ASSERT_NEAR(out[q_at + i], o[i], 1e-5) << "sequence " << b;
+    for (int64_t i = 0; i < kHeads * kSq; ++i) ASSERT_NEAR(lse[b * kHeads * kSq + i], l[i], 1e-5) << "sequence " << b;
+  }
+  const std::vector<float> with_lse = out;
+  std::fill(out.begin(), out.end(), -1.0f);
+  a.lse = TensorView{};
+  a.lse.rank = 3;
+  flash4::forward(a);
+  EXPECT_EQ(out, with_lse);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/backends.h"
 #include "common/attention_case.h"
 #include "common/problem_builder.h"
 #include "common/tolerance_assertion.h"
@@ -148,10 +149,53 @@ TEST(CpuVarlenRows, RowsInNoSegmentHaveDefinedValues) {
   }
 }
 
+// Packed batches whose segments all hold max_seqlen_q queries (at most 16) take the decode route with their
+// keys ragged: against the reference per segment, with seqused_k, the sink, causal and a window, empty key
+// ranges, and a single sequence equal to its dense call bit for bit.
+TEST(CpuVarlenDecodeRoute, UniformQueryCountsAgainstTheReference) {
+  FLASH4_TEST_RNG(rng);
+  const std::vector<VarlenSpec> specs = {
+      varlen({3, 3, 3}, {50, 0, 700}, 8, 2, kBF16, [](VarlenSpec& x) { x.causal = true, x.sink = true; }),
+      varlen({1, 1, 1, 1}, {9, 300, 1, 64}, 4, 1, kF32, [](VarlenSpec& x) {
+        x.seqused_k = {9, 100, 0, 64}, x.window_left = 20, x.causal = true;
+      }),
+      varlen({16}, {333}, 4, 1, kF16, [](VarlenSpec& x) { x.softcap = 5.0f, x.pad_k = 3; })};
+  for (const VarlenSpec& s : specs) {
+    VarlenTensors t = make_varlen_tensors(s, rng, false);
+    const ForwardArgs args = t.forward_args(s);
+    ASSERT_TRUE(detail::cpu_decode_route(args, make_problem(args))) << s.name();
+    flash4::forward(args);
+    EXPECT_TRUE(check_varlen_forward(s, t)) << s.name();
+  }
+}
+
+TEST(CpuVarlenDecodeRoute, OneSequenceEqualsItsDenseCall) {
+  FLASH4_TEST_RNG(rng);
+  const VarlenSpec s = varlen({9}, {130}, 4, 2, kBF16, [](VarlenSpec& x) { x.causal = true; });
+  VarlenTensors t = make_varlen_tensors(s, rng, false);
+  flash4::forward(t.forward_args(s));
+  std::vector<uint16_t> out(static_cast<size_t>(t.out.numel()));
+  std::vector<float> lse(static_cast<size_t>(t.lse.numel()));
+  const auto as_dense = [](const HostTensor& h) {
+    const TensorView v = h.view();
+    return make_view(v.data, v.dtype, Device::cpu(), 1, v.shape[0], v.shape[1], v.shape[2]);
+  };
+  ForwardArgs f;
+  f.q = as_dense(t.q), f.k = as_dense(t.k), f.v = as_dense(t.v);
+  f.out = make_view(out.data(), kBF16, Device::cpu(), 1, 9, 4, s.head_dim);
+  f.lse = make_view(lse.data(), kF32, Device::cpu(), 1, 4, 9);
+  f.causal = true;
+  flash4::forward(f);
+  EXPECT_EQ(std::memcmp(out.data(), t.out.view().data, out.size() * 2), 0);
+  EXPECT_EQ(std::memcmp(lse.data(), t.lse.view().data, lse.size() * 4), 0);
+}
+
 // A packed call equals per-segment dense calls bit for bit (same algorithm, same summation order), sink included.
+// Segments of more than 16 queries: a dense call with fewer takes the decode route (cpu_decode_route), whose
+// split-KV attention sums in another order, as on the GPU.
 TEST(CpuVarlenRows, EqualsPerSegmentDenseCallsBitForBit) {
   FLASH4_TEST_RNG(rng);
-  const VarlenSpec s = varlen({70, 1, 130}, {90, 33, 130}, 4, 2, kBF16, [](VarlenSpec& x) {
+  const VarlenSpec s = varlen({70, 17, 130}, {90, 33, 130}, 4, 2, kBF16, [](VarlenSpec& x) {
     x.causal = true, x.sink = true, x.deterministic = true;
   });
   VarlenTensors t = make_varlen_tensors(s, rng, true);
