@@ -1,8 +1,9 @@
-// The three small matrix products of attention on contiguous fp32 tiles. Each sums every element over k in
-// ascending order (the CPU path is deterministic). On CPUs with AVX2 and FMA, 4 rows x 16 columns of the result
-// are computed at a time in registers: the 16 columns of b are loaded once per k step for all 4 rows, and c is
-// read and written once per block instead of once per k step (2-4x the plain loops' speed). Elsewhere the plain
-// loops, which the compiler vectorizes for any target.
+// The small matrix products of attention on contiguous fp32 tiles. Each of the three register-blocked products
+// sums every element over k in ascending order (the CPU path is deterministic). Where the CPU has AVX-512F, 8 rows
+// x 32 columns of the result are computed at a time in registers, with AVX2 and FMA 4 x 16: the columns of b are
+// loaded once per k step for all rows of the block, and c is read and written once per block instead of once per
+// k step. Elsewhere the plain loops, which the compiler vectorizes for any target. matmul_set_dot computes scores
+// as dot products with K's rows, for tiles of few rows.
 #pragma once
 
 #include <cstdint>
@@ -113,7 +114,7 @@ FLASH4_TILE_INLINE void column(const A& a_at, const float* b, float* c, int64_t 
   }
 }
 
-// Rows [i0, i0 + R) of c: blocks of kWide columns (32 in AVX-512 registers, 16 in AVX2 ones), then 8, then one
+// Rows [i0, i0 + R) of c: blocks of 32 columns in AVX-512 registers or 16 in AVX2 ones, then 8, then one
 // column at a time. The per-element zero test only where these rows of a hold a zero (a branch inside the k loop
 // keeps the compiler from holding the accumulators in registers; rows without zeros are the common case).
 template <bool kAvx512, int R, bool kAccumulate, bool kSkipZeros, class A>
