@@ -206,27 +206,23 @@ FLASH4_CPU_MULTIVERSION void attend_split(const KvCacheArgs& a, const KvCachePro
   }
 }
 
-// Merges the splits of rows [q0, q0 + kBlockM) of sequence b, head h into out and lse (with the sink).
-void combine_rows(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t h, int64_t q0, int64_t splits,
-                  Partials& parts) {
+// Merges the splits of query i of sequence b, head h into out and lse (with the sink); o: head_dim floats.
+void combine_row(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64_t h, int64_t i, int64_t splits,
+                 Partials& parts, std::vector<float>& o) {
   const Problem& s = p.attention;
-  const int64_t d = s.head_dim, rows = std::min<int64_t>(kBlockM, s.seqlen_q - q0);
   const bool has_sink = s.learnable_sink != nullptr;
   const float sink = has_sink ? s.learnable_sink[h] : 0.0f;
-  std::vector<float> o(d);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t row = (b * s.heads + h) * s.seqlen_q + q0 + r;
-    const float lse = combined_lse(&parts.lse_of(0, row), splits, parts.rows_per_split, has_sink, sink);
-    std::fill(o.begin(), o.end(), 0.0f);
-    for (int64_t split = 0; split < splits; ++split) {
-      const float w = combine_weight(parts.lse_of(split, row), lse);
-      if (w == 0.0f) continue;
-      const float* part = parts.o_row(split, row);
-      for (int64_t x = 0; x < d; ++x) o[x] += w * part[x];
-    }
-    store_rows(o.data(), a.out, b, q0 + r, 1, h);
-    if (a.lse.data != nullptr) *lse_ptr(a.lse, b, h, q0 + r) = lse;
+  const int64_t row = (b * s.heads + h) * s.seqlen_q + i;
+  const float lse = combined_lse(&parts.lse_of(0, row), splits, parts.rows_per_split, has_sink, sink);
+  std::fill(o.begin(), o.end(), 0.0f);
+  for (int64_t split = 0; split < splits; ++split) {
+    const float w = combine_weight(parts.lse_of(split, row), lse);
+    if (w == 0.0f) continue;
+    const float* part = parts.o_row(split, row);
+    for (int64_t x = 0; x < s.head_dim; ++x) o[x] += w * part[x];
   }
+  store_rows(o.data(), a.out, b, i, 1, h);
+  if (a.lse.data != nullptr) *lse_ptr(a.lse, b, h, i) = lse;
 }
 
 }  // namespace
@@ -254,16 +250,26 @@ void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   parts.o.resize(static_cast<size_t>(splits * parts.rows_per_split * s.head_dim));
   parts.lse.resize(static_cast<size_t>(splits * parts.rows_per_split));
   append_new_keys(a, p);
+  // Without splits a task's rows are complete when it ends: it merges them itself (the same arithmetic), which
+  // saves small calls a second round of tasks.
   parallel_for(s.batch * s.heads_kv * packed_tiles * splits, [&](int64_t task) {
     SplitTiles t(s.head_dim);
     const int64_t split = task % splits, tile = task / splits;
     const int64_t pt = tile % packed_tiles, bhk = tile / packed_tiles;
-    attend_split(a, p, bhk / s.heads_kv, bhk % s.heads_kv, pt * kBlockM, split, splits, parts, t);
+    const int64_t b = bhk / s.heads_kv, hk = bhk % s.heads_kv, r0 = pt * kBlockM;
+    attend_split(a, p, b, hk, r0, split, splits, parts, t);
+    if (splits > 1) return;
+    const GroupRows packed{hk, s.group()};
+    std::vector<float> o(static_cast<size_t>(s.head_dim));
+    for (int64_t r = r0; r < std::min(r0 + kBlockM, s.seqlen_q * packed.group); ++r)
+      combine_row(a, p, b, packed.head(r), packed.query(r), splits, parts, o);
   });
-  const int64_t tiles = s.batch * s.heads * q_tiles;
-  parallel_for(tiles, [&](int64_t tile) {
-    const int64_t qt = tile % q_tiles, bh = tile / q_tiles;
-    combine_rows(a, p, bh / s.heads, bh % s.heads, qt * kBlockM, splits, parts);
+  if (splits == 1) return;
+  parallel_for(s.batch * s.heads * q_tiles, [&](int64_t task) {  // (sequence, head, 64 queries)
+    std::vector<float> o(static_cast<size_t>(s.head_dim));
+    const int64_t q0 = task % q_tiles * kBlockM, bh = task / q_tiles;
+    for (int64_t i = q0; i < std::min(q0 + kBlockM, s.seqlen_q); ++i)
+      combine_row(a, p, bh / s.heads, bh % s.heads, i, splits, parts, o);
   });
 }
 
