@@ -127,9 +127,10 @@ FLASH4_CPU_MULTIVERSION void probabilities_and_ds(const Problem& p, const RowSta
   }
 }
 
-// Pass 1: dK and dV of K/V rows [k0, k0 + n) of kv head (b, hk).
+// Pass 1: dK and dV of K/V rows [k0, k0 + n) of kv head (b, hk). With `dq_group` (fp32, the group's heads x the
+// entry's queries x head_dim; null in pass 1) also dQ += dS K there, for the single pass (dkdv_dq_head).
 FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b,
-                                       int64_t hk, int64_t k0, BackwardTiles& t) {
+                                       int64_t hk, int64_t k0, BackwardTiles& t, float* dq_group = nullptr) {
   const detail::SequenceInfo seq = p.layout().info(b);
   if (k0 >= seq.seqlen_k) return;  // past this entry's keys
   const int64_t d = p.head_dim, d_v = p.head_dim_v, n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
@@ -140,6 +141,7 @@ FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& 
   std::fill(dv, dv + n * d_v, 0.0f);
   load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
   load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
+  if (dq_group != nullptr) load_rows(args.k, e, seq.k_offset + k0, n, hk, t.k.data());
   const detail::SequenceMask mask = p.sequence_mask(b);
   for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
     for (int64_t q0 = 0; q0 < seq.seqlen_q; q0 += kBlockM) {
@@ -150,6 +152,10 @@ FLASH4_CPU_MULTIVERSION void dkdv_tile(const BackwardArgs& args, const Problem& 
       probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
       matmul_add_at(t.p.data(), t.dout.data(), dv, n, d_v, rows);  // dV += P^T dO
       matmul_add_at(t.ds.data(), t.q.data(), dk, n, d, rows);    // dK += dS^T Q
+      if (dq_group != nullptr) {                                   // dQ += dS K
+        float* dq = dq_group + ((h - hk * p.group()) * seq.seqlen_q + q0) * d;
+        matmul_add(t.ds.data(), t.k.data(), dq, rows, d, n);
+      }
     }
   }
   for (int64_t x = 0; x < n * d; ++x) dk[x] *= p.softmax_scale;
@@ -182,41 +188,15 @@ FLASH4_CPU_MULTIVERSION void dq_tile(const BackwardArgs& args, const Problem& p,
   store_rows(dq, args.dq, e, seq.q_offset + q0, rows, h);
 }
 
-// Both passes for kv head (b, hk) in one task: its K tiles in order, each against every Q tile of the group's
-// heads as in dkdv_tile, with dS K added into fp32 dQ accumulators of the whole group (`dq`, task-local) in the
-// key-tile order dq_tile adds them; the scores and dS once instead of twice.
+// Both passes for kv head (b, hk) in one task: its K tiles in order through dkdv_tile, which also adds dS K into
+// fp32 dQ accumulators of the whole group (`dq`, task-local) in the key-tile order dq_tile adds them; the scores
+// and dS once instead of twice.
 FLASH4_CPU_MULTIVERSION void dkdv_dq_head(const BackwardArgs& args, const Problem& p, const RowStats& st, int64_t b,
                                           int64_t hk, BackwardTiles& t, std::vector<float>& dq) {
   const detail::SequenceInfo seq = p.layout().info(b);
-  const int64_t d = p.head_dim, d_v = p.head_dim_v, e = entry_index(p, b), group = p.group();
+  const int64_t d = p.head_dim, e = entry_index(p, b), group = p.group();
   dq.assign(static_cast<size_t>(group * seq.seqlen_q * d), 0.0f);
-  const detail::SequenceMask mask = p.sequence_mask(b);
-  for (int64_t k0 = 0; k0 < seq.seqlen_k; k0 += kBlockN) {
-    const int64_t n = std::min<int64_t>(kBlockN, seq.seqlen_k - k0);
-    float* dk = t.acc_a.data();
-    float* dv = t.acc_b.data();
-    std::fill(dk, dk + n * d, 0.0f);
-    std::fill(dv, dv + n * d_v, 0.0f);
-    load_rows_transposed(args.k, e, seq.k_offset + k0, n, hk, t.kt.data(), n);
-    load_rows_transposed(args.v, e, seq.k_offset + k0, n, hk, t.vt.data(), n);
-    load_rows(args.k, e, seq.k_offset + k0, n, hk, t.k.data());
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t h = hk * group + g;
-      for (int64_t q0 = 0; q0 < seq.seqlen_q; q0 += kBlockM) {
-        const int64_t rows = std::min<int64_t>(kBlockM, seq.seqlen_q - q0);
-        if (!mask.block_visible(q0, q0 + rows - 1, k0, k0 + n - 1)) continue;
-        load_rows(args.q, e, seq.q_offset + q0, rows, h, t.q.data());
-        load_rows(args.dout, e, seq.q_offset + q0, rows, h, t.dout.data());
-        probabilities_and_ds(p, st, b, h, q0, rows, k0, n, t);
-        matmul_add_at(t.p.data(), t.dout.data(), dv, n, d_v, rows);                   // dV += P^T dO
-        matmul_add_at(t.ds.data(), t.q.data(), dk, n, d, rows);                     // dK += dS^T Q
-        matmul_add(t.ds.data(), t.k.data(), dq.data() + (g * seq.seqlen_q + q0) * d, rows, d, n);  // dQ += dS K
-      }
-    }
-    for (int64_t x = 0; x < n * d; ++x) dk[x] *= p.softmax_scale;
-    store_rows(dk, args.dk, e, seq.k_offset + k0, n, hk);
-    store_rows(dv, args.dv, e, seq.k_offset + k0, n, hk);
-  }
+  for (int64_t k0 = 0; k0 < seq.seqlen_k; k0 += kBlockN) dkdv_tile(args, p, st, b, hk, k0, t, dq.data());
   for (float& x : dq) x *= p.softmax_scale;
   for (int64_t g = 0; g < group; ++g)
     store_rows(dq.data() + g * seq.seqlen_q * d, args.dq, e, seq.q_offset, seq.seqlen_q, hk * group + g);

@@ -142,17 +142,23 @@ std::vector<double> gradient_bits(HostTensor& dq, HostTensor& dk, HostTensor& dv
   return ::testing::AssertionSuccess();
 }
 
+// The forward, then the backward under both schedules, of a case's tensors (AttentionTensors or VarlenTensors).
+template <class Spec, class Tensors>
+void expect_schedules_agree(const Spec& s, Tensors& t) {
+  const ForwardArgs fwd = t.forward_args(s);
+  detail::cpu_forward(fwd, make_problem(fwd));
+  const BackwardArgs bwd = t.backward_args(s);
+  const detail::Problem p = make_problem(bwd);
+  const std::vector<double> two = gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kTwo);
+  EXPECT_TRUE(same_bits(gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kSingle), two))
+      << s.name();
+}
+
 TEST(CpuBackwardSchedules, SinglePassGivesTheTwoPassBits) {
   FLASH4_TEST_RNG(rng);
   for (const CaseSpec& s : backward_cases()) {
     AttentionTensors t = make_tensors(s, rng, true);
-    const ForwardArgs fwd = t.forward_args(s);
-    detail::cpu_forward(fwd, make_problem(fwd));
-    const BackwardArgs bwd = t.backward_args(s);
-    const detail::Problem p = make_problem(bwd);
-    const std::vector<double> two = gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kTwo);
-    EXPECT_TRUE(same_bits(gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kSingle), two))
-        << s.name();
+    expect_schedules_agree(s, t);
   }
 }
 
@@ -168,13 +174,7 @@ TEST(CpuBackwardSchedules, SinglePassGivesTheTwoPassBitsOnPackedBatches) {
   specs[2].heads = 2, specs[2].heads_kv = 2, specs[2].softcap = 5.0f, specs[2].dtype = kF32, specs[2].head_dim = 96;
   for (const VarlenSpec& s : specs) {
     VarlenTensors t = make_varlen_tensors(s, rng, true);
-    const ForwardArgs fwd = t.forward_args(s);
-    detail::cpu_forward(fwd, make_problem(fwd));
-    const BackwardArgs bwd = t.backward_args(s);
-    const detail::Problem p = make_problem(bwd);
-    const std::vector<double> two = gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kTwo);
-    EXPECT_TRUE(same_bits(gradient_bits(*t.dq, *t.dk, *t.dv, bwd, p, detail::CpuBackwardPasses::kSingle), two))
-        << s.name();
+    expect_schedules_agree(s, t);
   }
 }
 
