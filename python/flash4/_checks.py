@@ -10,7 +10,6 @@ import sys
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = 3.4028234663852886e38
-_TORCH_DEVICES = ("cpu", "cuda")
 
 
 def _torch_tensor_type():
@@ -55,6 +54,10 @@ def integer(name, value, lo, hi=INT32_MAX, kind="an int"):
 def window(window_size):
     """(left, right) as ints in [-1, 2**31 - 1], a side of None (FlashAttention 4's spelling of unbounded) as -1;
     TypeError for a non-integer, ValueError out of range."""
+    if type(window_size) is tuple and len(window_size) == 2:  # the common case, without the general checks
+        left, right = window_size
+        if type(left) is int and type(right) is int and -1 <= left <= INT32_MAX and -1 <= right <= INT32_MAX:
+            return left, right
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right) with -1 = unbounded, got {window_size!r}")
     sides = []
@@ -76,6 +79,8 @@ def real(name, value):
     value that float32 rounds to 0, which the library reads as "default" or "off" (it takes float32; NaN and the
     sign are left to its own checks). A torch tensor that requires grad (a learnable temperature) is refused: the
     library takes the option as a constant, so it would silently get no gradient."""
+    if type(value) is float and (value == 0.0 or 2.0**-150 < abs(value) <= _FLOAT32_MAX):  # the common case
+        return value
     if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     tensor = _torch_tensor_type()
@@ -101,7 +106,6 @@ def arrays(allow_meta=False, **named):
     or with allow_meta all on the meta device (whose outputs' shapes the torch custom ops' fake implementations
     give). The first named array sets the kind."""
     tensor = _torch_tensor_type()
-    all_meta = allow_meta and all(getattr(x, "is_meta", False) for x in named.values() if x is not None)
     first = None
     for name, x in named.items():
         if x is None:
@@ -117,9 +121,14 @@ def arrays(allow_meta=False, **named):
             else:
                 message = f"{name} must be a torch.Tensor like {first[0]}, got {kind}"
             raise TypeError(f"{message}; pass all arrays as torch tensors or none of them")
-        if is_torch and x.device.type not in _TORCH_DEVICES and not all_meta:
+        if is_torch and not (x.is_cuda or x.is_cpu) and not _all_meta(allow_meta, named):
             also = " (or, for output shapes only, all on meta)" if allow_meta else ""
             raise ValueError(f"{name} is on the {x.device.type} device; flash4 runs on cpu and cuda tensors{also}")
+
+
+def _all_meta(allow_meta, named):
+    """Whether meta tensors are allowed and every array given is one."""
+    return allow_meta and all(getattr(x, "is_meta", False) for x in named.values() if x is not None)
 
 
 def dlpack(**named):

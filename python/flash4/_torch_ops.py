@@ -64,9 +64,13 @@ def _gpu_layout(t: Tensor) -> Tensor:
 # The optional packed-batch and sink arguments, in the order the ops take them (after the dense options):
 # cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, learnable_sink.
 _NO_SEQUENCES = (None, None, None, None, 0, 0, None)
+_NO_SEQUENCE_KWARGS = dict(cu_seqlens_q=None, cu_seqlens_k=None, seqused_q=None, seqused_k=None, max_seqlen_q=0,
+                           max_seqlen_k=0, learnable_sink=None)
 
 
 def _sequence_kwargs(seq):
+    if seq is _NO_SEQUENCES:
+        return _NO_SEQUENCE_KWARGS
     cu_q, cu_k, used_q, used_k, max_q, max_k, sink = seq
     dl = lambda t: None if t is None else to_dlpack(t)  # noqa: E731
     return dict(cu_seqlens_q=dl(cu_q), cu_seqlens_k=dl(cu_k), seqused_q=dl(used_q), seqused_k=dl(used_k),
@@ -87,9 +91,13 @@ def _out_shape(q, v):
 
 
 def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq=_NO_SEQUENCES):
-    """out, lse of the library's forward, allocated here (the body of flash4::fwd and of _EagerAttention)."""
-    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
-    lse = torch.empty(_lse_shape(q, seq[0]), dtype=torch.float32, device=q.device)
+    """out, lse of the library's forward, allocated here (the body of flash4::fwd and of _EagerAttention). (The
+    allocations are spelled for the host's sake: empty_like and new_empty parse fewer arguments than torch.empty.)"""
+    if v.shape[-1] == q.shape[-1]:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    else:
+        out = q.new_empty(_out_shape(q, v))
+    lse = q.new_empty(_lse_shape(q, seq[0]), dtype=torch.float32)
     # The library switches to q's device for the call itself; the outputs are allocated there explicitly.
     _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
                window_left, window_right, softcap, _stream(q), **_sequence_kwargs(seq))
@@ -97,14 +105,16 @@ def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, soft
 
 
 def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                  seq=_NO_SEQUENCES):
+                  seq=_NO_SEQUENCES, empty_dsink=True):
     """dq, dk, dv, dsink of the library's backward, allocated here (the body of flash4::bwd and of
-    _EagerAttention). dsink is an empty float32 tensor when there is no sink."""
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    _EagerAttention). Without a sink dsink is an empty float32 tensor (the op's schema returns a tensor), or None
+    when not empty_dsink."""
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     sink = seq[6]
-    dsink = torch.empty((0 if sink is None else sink.shape[0],), dtype=torch.float32, device=q.device)
+    if sink is not None:
+        dsink = q.new_empty((sink.shape[0],), dtype=torch.float32)
+    else:
+        dsink = q.new_empty((0,), dtype=torch.float32) if empty_dsink else None
     _C.backward(*(to_dlpack(t) for t in (dout, q, k, v, out, lse, dq, dk, dv)), softmax_scale, causal,
                 window_left, window_right, softcap, deterministic, _stream(q), **_sequence_kwargs(seq),
                 dsink=None if sink is None else to_dlpack(dsink))
@@ -198,12 +208,16 @@ _N_DENSE_INPUTS = 9  # q, k, v and the six options; the sequence arguments follo
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
-    seq = tuple(inputs[_N_DENSE_INPUTS:]) + _NO_SEQUENCES[len(inputs) - _N_DENSE_INPUTS:]
     out, lse = output
-    tensors = [t for t in (seq[0], seq[1], seq[2], seq[3], seq[6]) if t is not None]
-    ctx.save_for_backward(q, k, v, out, lse, *tensors)
-    ctx.present = tuple(t is not None for t in (seq[0], seq[1], seq[2], seq[3], seq[6]))
-    ctx.max_seqlens = (seq[4], seq[5])
+    if len(inputs) == _N_DENSE_INPUTS:  # a dense call without a sink (sequence_args gave ())
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.present = None
+    else:
+        seq = tuple(inputs[_N_DENSE_INPUTS:]) + _NO_SEQUENCES[len(inputs) - _N_DENSE_INPUTS:]
+        tensors = [t for t in (seq[0], seq[1], seq[2], seq[3], seq[6]) if t is not None]
+        ctx.save_for_backward(q, k, v, out, lse, *tensors)
+        ctx.present = tuple(t is not None for t in (seq[0], seq[1], seq[2], seq[3], seq[6]))
+        ctx.max_seqlens = (seq[4], seq[5])
     ctx.options = tuple(inputs[3:_N_DENSE_INPUTS])
     ctx.n_inputs = len(inputs)
     # The LSE is returned for inspection; gradients do not flow through it (as in flash-attn).
@@ -212,6 +226,9 @@ def _setup_context(ctx, inputs, output):
 
 def _saved(ctx):
     """q, k, v, out, lse and the sequence arguments tuple, from what _setup_context saved."""
+    if ctx.present is None:
+        q, k, v, out, lse = ctx.saved_tensors
+        return q, k, v, out, lse, _NO_SEQUENCES
     q, k, v, out, lse, *rest = ctx.saved_tensors
     it = iter(rest)
     cu_q, cu_k, used_q, used_k, sink = (next(it) if present else None for present in ctx.present)
@@ -268,7 +285,7 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, *given):
-        seq = tuple(given) + _NO_SEQUENCES[len(given):]
+        seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
         out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq)
         _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
                        + seq, (out, lse))
@@ -282,8 +299,11 @@ class _EagerAttention(torch.autograd.Function):
         if through_custom_op(dout=dout, q=q, k=k, v=v):  # e.g. compiled autograd tracing this backward
             dq, dk, dv, dsink = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *ctx.options, *seq)
         else:
-            dq, dk, dv, dsink = _run_backward(dout, q, k, v, out, lse, *ctx.options, seq)
-        dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
+            dq, dk, dv, dsink = _run_backward(dout, q, k, v, out, lse, *ctx.options, seq, empty_dsink=False)
+        if seq[6] is None:
+            dq, dk, dv = _guard_second_derivative((dq, dk, dv), dout, q, k, v)
+        else:
+            dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
 
 
@@ -299,15 +319,20 @@ def through_custom_op(**named):
     library to read; the op's fake implementation gives their outputs' shapes, dtypes and strides. ValueError
     for meta tensors mixed with others (named tensors; None entries are skipped), which the op would answer
     with meta outputs, or the KV-cache op with no append."""
-    tensors = {name: t for name, t in named.items() if t is not None}
-    meta = [name for name, t in tensors.items() if t.is_meta]
-    if meta and len(meta) < len(tensors):
-        other = next(name for name in tensors if name not in meta)
-        raise ValueError(f"{meta[0]} is on the meta device but {other} is on {tensors[other].device}; meta tensors "
-                         "(output shapes only) must not be mixed with tensors that hold data")
-    if meta or torch.compiler.is_compiling() or is_in_torch_dispatch_mode():
+    plain, any_meta = True, False
+    for t in named.values():
+        if t is not None:
+            plain = plain and type(t) in _PLAIN_TENSORS
+            any_meta = any_meta or t.is_meta
+    if any_meta:
+        tensors = {name: t for name, t in named.items() if t is not None}
+        meta = [name for name, t in tensors.items() if t.is_meta]
+        if len(meta) < len(tensors):
+            other = next(name for name in tensors if name not in meta)
+            raise ValueError(f"{meta[0]} is on the meta device but {other} is on {tensors[other].device}; meta "
+                             "tensors (output shapes only) must not be mixed with tensors that hold data")
         return True
-    return any(type(t) not in _PLAIN_TENSORS for t in tensors.values())
+    return not plain or torch.compiler.is_compiling() or is_in_torch_dispatch_mode()
 
 
 def int32_indices(t, name):
