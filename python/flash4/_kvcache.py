@@ -6,6 +6,17 @@ and as a plain call in eager mode."""
 from . import _checks
 from ._api import _is_torch_tensor, normalize_options, refuse_unimplemented
 
+_torch_kvcache = None  # flash4._torch_kvcache once loaded (it imports torch and registers the op)
+
+
+def _torch_side():
+    global _torch_kvcache
+    if _torch_kvcache is None:
+        from . import _torch_kvcache as module
+
+        _torch_kvcache = module
+    return _torch_kvcache
+
 
 def flash_attn_with_kvcache(
     q,
@@ -60,8 +71,7 @@ def flash_attn_with_kvcache(
     _checks.arrays(allow_meta=True, q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos,
                    rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx, block_table=block_table,
                    cache_leftpad=cache_leftpad)
-    from . import _torch_kvcache
-
+    torch_side = _torch_side()
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     # The library's range check names num_splits; here only its type (and the binding's int range).
     num_splits = _checks.integer("num_splits", num_splits, _checks.INT32_MIN)
@@ -72,16 +82,20 @@ def flash_attn_with_kvcache(
     else:  # one length for every sequence; the library's -1 ("the whole cache") is None here
         kind = "an int or an int32 torch.Tensor (batch,)"
         seqlens, seqlen = None, _checks.integer("cache_seqlens", cache_seqlens, 0, kind=kind)
-    from ._torch_ops import _sink_tensor, int32_indices
-
     # int64 index tensors (torch's default integer type) are converted, as flash_attn_varlen_func does.
-    seqlens, cache_batch_idx, block_table, cache_leftpad = (
-        None if t is None else int32_indices(t, name)
-        for t, name in ((seqlens, "cache_seqlens"), (cache_batch_idx, "cache_batch_idx"),
-                        (block_table, "block_table"), (cache_leftpad, "cache_leftpad")))
+    int32_indices = torch_side.int32_indices
+    if seqlens is not None:
+        seqlens = int32_indices(seqlens, "cache_seqlens")
+    if cache_batch_idx is not None:
+        cache_batch_idx = int32_indices(cache_batch_idx, "cache_batch_idx")
+    if block_table is not None:
+        block_table = int32_indices(block_table, "block_table")
+    if cache_leftpad is not None:
+        cache_leftpad = int32_indices(cache_leftpad, "cache_leftpad")
     # The sink in float32, as flash_attn_func takes it (a bf16 / fp16 parameter is cast).
-    learnable_sink = _sink_tensor(learnable_sink)
-    out, lse = _torch_kvcache.call(
+    if learnable_sink is not None:
+        learnable_sink = torch_side.sink_tensor(learnable_sink)
+    out, lse = torch_side.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)
     return (out, lse) if return_softmax_lse else out

@@ -9,6 +9,7 @@ from torch.utils.dlpack import to_dlpack
 
 from ._native import _C
 from ._torch_ops import _gpu_layout, _last_dim_contiguous, _stream, through_custom_op
+from ._torch_ops import _sink_tensor as sink_tensor, int32_indices  # noqa: F401  (flash_attn_with_kvcache's)
 
 Tensor = torch.Tensor
 
@@ -25,13 +26,20 @@ def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens
     # Inputs need a unit stride in the last dimension, and on the GPU 16-byte aligned rows (copied where they
     # lack them, _gpu_layout); the caches are written in place, so they are not copied (the library refuses them
     # if their layout does not fit).
-    q, k, v = (None if t is None else _gpu_layout(t) for t in (q, k, v))
-    rotary_cos, rotary_sin = (None if t is None else _last_dim_contiguous(t) for t in (rotary_cos, rotary_sin))
-    cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink = (
+    q = _gpu_layout(q)
+    if k is not None:
+        k = _gpu_layout(k)
+    if v is not None:
+        v = _gpu_layout(v)
+    if rotary_cos is not None:
+        rotary_cos = _last_dim_contiguous(rotary_cos)
+    if rotary_sin is not None:
+        rotary_sin = _last_dim_contiguous(rotary_sin)
+    cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink = [
         None if t is None else t.contiguous()
-        for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+        for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink)]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
                        _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
                        _dl(cache_leftpad), to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal,
@@ -77,7 +85,7 @@ def call(*args):
     and for inputs that require grad (the op's autograd then says it has no backward); the plain call otherwise,
     with the version bump of the caches an append makes."""
     q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
-    if (through_custom_op(**{name: t for name, t in zip(_TENSOR_ARGUMENTS, args) if name is not None})
+    if (through_custom_op(**dict(zip(_TENSOR_ARGUMENTS[:8], args[:8])), **dict(zip(_TENSOR_ARGUMENTS[9:], args[9:13])))
             or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]))):
         return fwd_kvcache(*args)
     out_lse = run_kvcache(*args)
