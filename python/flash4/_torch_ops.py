@@ -206,7 +206,7 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 _N_DENSE_INPUTS = 9  # q, k, v and the six options; the sequence arguments follow
 
 
-def _setup_context(ctx, inputs, output):
+def _setup_context(ctx, inputs, output, lse_is_output=True):
     q, k, v = inputs[:3]
     out, lse = output
     if len(inputs) == _N_DENSE_INPUTS:  # a dense call without a sink (sequence_args gave ())
@@ -221,7 +221,8 @@ def _setup_context(ctx, inputs, output):
     ctx.options = tuple(inputs[3:_N_DENSE_INPUTS])
     ctx.n_inputs = len(inputs)
     # The LSE is returned for inspection; gradients do not flow through it (as in flash-attn).
-    ctx.mark_non_differentiable(lse)
+    if lse_is_output:
+        ctx.mark_non_differentiable(lse)
 
 
 def _saved(ctx):
@@ -293,7 +294,7 @@ class _EagerAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, _dlse=None):
         q, k, v, out, lse, seq = _saved(ctx)
         dout = _usable_gradient(dout, out)
         if through_custom_op(dout=dout, q=q, k=k, v=v):  # e.g. compiled autograd tracing this backward
@@ -305,6 +306,24 @@ class _EagerAttention(torch.autograd.Function):
         else:
             dq, dk, dv, dsink = _guard_second_derivative((dq, dk, dv, dsink), dout, q, k, v, seq[6])
         return _input_gradients(ctx, dq, dk, dv, dsink, seq[6])
+
+
+class _EagerAttentionOut(torch.autograd.Function):
+    """_EagerAttention returning out alone (calls without return_lse): one output less for autograd to track per
+    call (a few microseconds of host time). The LSE is still saved for the backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, *given):
+        seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
+        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq)
+        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
+                       + seq, (out, lse), lse_is_output=False)
+        ctx.n_inputs = _N_DENSE_INPUTS + len(given)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _EagerAttention.backward(ctx, dout)
 
 
 # Tensor types that hold their data as they are: nn.Parameter too (a learnable_sink is one), which keeps the eager
@@ -411,6 +430,8 @@ def attention(q, k, v, softmax_scale, causal, window_left, window_right, softcap
     elif _torch_func.wrapped(q, k, v, *(seq[6:] if seq else ())):  # inside torch.func.grad, vmap, ...
         out, lse = _torch_func.FuncAttention.apply(q, k, v, *options, *seq)
     else:
+        if not return_lse:
+            return _EagerAttentionOut.apply(q, k, v, *options, *seq)
         out, lse = _EagerAttention.apply(q, k, v, *options, *seq)
     return (out, lse) if return_lse else out
 
