@@ -212,6 +212,27 @@ def test_packing_of_positions_is_computed_once_per_tensor(monkeypatch):
     assert packing(None, 1) is None
 
 
+def test_unpadding_of_a_mask_is_computed_once_per_tensor_and_shape(monkeypatch):
+    """Every layer gets the same padding mask: its packed layout (device synchronizations) is found once per
+    tensor and layer shape, and again for a new tensor, another shape or after an in-place change."""
+    calls = []
+    find = f4hf._unpadding
+    monkeypatch.setattr(f4hf, "_unpadding", lambda *a: calls.append(1) or find(*a))
+    unpadding = f4hf._Unpadding()
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for _ in range(4):  # four layers
+        cu_q, cu_k, index_q, index_k, longest_q, longest_k = unpadding(mask, 4, 4, True)
+    assert len(calls) == 1 and cu_q.tolist() == [0, 3, 7] and cu_k.tolist() == [0, 3, 7]
+    assert index_q.tolist() == [1, 2, 3, 4, 5, 6, 7] and (longest_q, longest_k) == (4, 4)
+    cu_q = unpadding(mask, 1, 4, True)[0]  # a decode step's shape: the last query of each row
+    assert cu_q.tolist() == [0, 1, 2] and len(calls) == 2
+    mask[0, 0] = 1  # in place: no padding left
+    assert unpadding(mask, 4, 4, True) is None and len(calls) == 3
+    del mask
+    other = torch.tensor([[1, 1, 0, 0]])  # a new tensor, perhaps at the freed one's address
+    assert unpadding(other, 4, 4, False)[1].tolist() == [0, 2] and len(calls) == 4
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_training_step_gradients_match_sdpa(device):
     ours, theirs = pair(device)

@@ -118,6 +118,48 @@ def flash4_attention_forward(module, query, key, value, attention_mask, dropout=
     return flash4.flash_attn_func(q, k, v, **options), None
 
 
+class _Unpadding:
+    """What a padding mask says for one layer shape: None where every token is real, else the packed batch's
+    (cu_seqlens_q, cu_seqlens_k, query rows, key rows, longest_q, longest_k). Finding it costs device
+    synchronizations, and the model hands every layer the same mask tensor, so the answer is kept for one key:
+    the tensor's identity (a weak reference, so a freed tensor's address is never mistaken for it), its version
+    counter (an in-place change invalidates it) and the layer's (seqlen_q, seqlen_k, own queries). Not kept while
+    torch.compile traces (the answer would be a traced value)."""
+
+    def __init__(self):
+        self._ref, self._key, self._answer = None, None, None
+
+    def __call__(self, mask, seqlen_q, seqlen_k, own):
+        key = (mask._version, seqlen_q, seqlen_k, own)
+        if torch.compiler.is_compiling():
+            return _unpadding(mask, seqlen_q, seqlen_k, own)
+        if self._ref is None or self._ref() is not mask or self._key != key:
+            answer = _unpadding(mask, seqlen_q, seqlen_k, own)
+            self._ref, self._key, self._answer = weakref.ref(mask), key, answer
+        return self._answer
+
+
+def _unpadding(mask, seqlen_q, seqlen_k, own):
+    """_Unpadding's answer for mask (batch, length), computed."""
+    batch = mask.shape[0]
+    mask = mask.bool()
+    mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
+        torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
+    mask_q = mask[:, -seqlen_q:] if own else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
+    lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
+    # One synchronization for what the host must know: whether there is padding at all, and the longest rows.
+    no_padding, longest_k, longest_q = torch.stack([mask.all(), lengths_k.max(), lengths_q.max()]).tolist()
+    if no_padding:
+        return None
+    cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
+    cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
+    index_k, index_q = mask_k.reshape(-1).nonzero().reshape(-1), mask_q.reshape(-1).nonzero().reshape(-1)
+    return cu_q, cu_k, index_q, index_k, max(longest_q, 1), max(longest_k, 1)
+
+
+_unpadding_of = _Unpadding()
+
+
 def _unpadded(q, k, v, mask, options):
     """A padded batch (mask (batch, length), 1 = token) run as a packed batch. The keys are the mask's last
     seqlen_k columns; a static cache's slots past the mask hold no token yet and take no part. Without a causal
@@ -129,29 +171,20 @@ def _unpadded(q, k, v, mask, options):
     local layers) thus counts from each token's own position, with right padding as with left."""
     batch, seqlen_q, heads, _ = q.shape
     seqlen_k = k.shape[1]
-    mask = mask.bool()
     causal = options["causal"]
     own = causal or options["window_size"] != (-1, -1)  # queries of the keys' own sequence
     if own and seqlen_q > min(seqlen_k, mask.shape[1]):
         raise NotImplementedError(f"flash4's transformers integration takes a padding mask that covers the queries, "
                                   f"got {seqlen_q} queries, {seqlen_k} keys and a mask of {mask.shape[1]} positions")
-    mask_k = mask[:, -seqlen_k:] if mask.shape[1] >= seqlen_k else \
-        torch.nn.functional.pad(mask, (0, seqlen_k - mask.shape[1]))
-    mask_q = mask[:, -seqlen_q:] if own else torch.ones(batch, seqlen_q, dtype=torch.bool, device=mask.device)
-    lengths_k, lengths_q = mask_k.sum(-1, dtype=torch.int32), mask_q.sum(-1, dtype=torch.int32)
     if batch == 0:
         return q.new_zeros(0, seqlen_q, heads, v.shape[-1])
-    # One synchronization for what the host must know: whether there is padding at all, and the longest rows.
-    no_padding, longest_k, longest_q = torch.stack([mask.all(), lengths_k.max(), lengths_q.max()]).tolist()
-    if no_padding:
+    unpadding = _unpadding_of(mask, seqlen_q, seqlen_k, own)
+    if unpadding is None:
         # Every token real (a static cache's mask without padding): the dense kernels on views of the keys the
         # cache holds, with no copies (and, for a few queries, the GPU's split-KV decode kernel).
         present = min(mask.shape[1], seqlen_k)
         return flash4.flash_attn_func(q, k[:, :present], v[:, :present], **options)
-    cu_k = torch.nn.functional.pad(lengths_k.cumsum(0, dtype=torch.int32), (1, 0))
-    cu_q = torch.nn.functional.pad(lengths_q.cumsum(0, dtype=torch.int32), (1, 0))
-    index_k, index_q = mask_k.reshape(-1).nonzero().reshape(-1), mask_q.reshape(-1).nonzero().reshape(-1)
-    longest_k, longest_q = max(longest_k, 1), max(longest_q, 1)
+    cu_q, cu_k, index_q, index_k, longest_q, longest_k = unpadding
     pack = lambda t, index: t.reshape(-1, *t.shape[2:]).index_select(0, index)  # noqa: E731
     out = flash4.flash_attn_varlen_func(pack(q, index_q), pack(k, index_k), pack(v, index_k), cu_q, cu_k,
                                         longest_q, longest_k, **options)
