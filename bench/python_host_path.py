@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The Python layer's own host time per call: flash_attn_func forward, and forward + backward through autograd,
-with the native calls (_C.forward / _C.backward) replaced by no-ops, beside a bare torch.autograd.Function that
-only allocates the same outputs (the floor any Python autograd path pays). Runs on any machine (CPU tensors, or
+and a flash_attn_with_kvcache decode step, with the native calls (_C.forward / _C.backward / _C.forward_kvcache)
+replaced by no-ops, beside a bare torch.autograd.Function that only allocates the same outputs (the floor any
+Python autograd path pays). Runs on any machine (CPU tensors, or
 CUDA ones with --device cuda); what it measures is the wrapper's argument handling, not the kernels.
 
     python3 bench/python_host_path.py [--device cpu] [--calls 5000]
@@ -13,7 +14,7 @@ import timeit
 import torch
 
 import flash4
-from flash4 import _torch_ops
+from flash4 import _torch_kvcache, _torch_ops
 
 
 class _NoNative:
@@ -23,6 +24,9 @@ class _NoNative:
         pass
 
     def backward(self, *args, **kwargs):
+        pass
+
+    def forward_kvcache(self, *args, **kwargs):
         pass
 
 
@@ -53,14 +57,21 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--calls", type=int, default=5000)
     args = ap.parse_args()
-    _torch_ops._C = _NoNative()
+    _torch_ops._C = _torch_kvcache._C = _NoNative()
     make = lambda: torch.randn(1, 128, 2, 64, device=args.device, dtype=torch.bfloat16,  # noqa: E731
                                requires_grad=True)
     q, k, v = make(), make(), make()
     dout = torch.randn_like(q)
+    # A decode step: 8 sequences, GQA 32 / 8, d = 128, int32 cache lengths.
+    q1 = torch.randn(8, 1, 32, 128, device=args.device, dtype=torch.bfloat16)
+    k_cache = torch.randn(8, 1024, 8, 128, device=args.device, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    cache_seqlens = torch.full((8,), 1000, device=args.device, dtype=torch.int32)
     rows = {
         "flash4 forward": lambda: flash4.flash_attn_func(q, k, v, causal=True),
         "flash4 forward + backward": lambda: flash4.flash_attn_func(q, k, v, causal=True).backward(dout),
+        "flash4 with_kvcache decode step": lambda: flash4.flash_attn_with_kvcache(q1, k_cache, v_cache,
+                                                                                 cache_seqlens=cache_seqlens),
         "floor forward": lambda: _Floor.apply(q, k, v),
         "floor forward + backward": lambda: _Floor.apply(q, k, v)[0].backward(dout),
     }
