@@ -126,6 +126,26 @@ TEST(VarlenGpuUnusedRows, NanKeysDoNotReachTheBackward) {
   }
 }
 
+// The backward's last Q tile of a sequence reads query and output-gradient rows of the next sequence or of none
+// (past seqused_q, after the last segment) and zeroes them in shared memory: NaN there must not reach dK, dV
+// (P = dS = 0 for those rows, but 0 * NaN is NaN in the matmuls) nor dQ. Every head dim's kernel; used counts
+// that end inside a tile, on its last row, and at 0; both summation modes.
+TEST(VarlenGpuUnusedRows, NanQueriesDoNotReachTheBackward) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    for (bool deterministic : {false, true}) {
+      run_backward(varlen({150, 7, 66, 200}, {180, 70, 66, 130}, 4, 2, d, kBF16, [&](VarlenSpec& s) {
+        s.seqused_q = {131, 3, 64, 0}, s.pad_q = 9, s.causal = d != 128, s.sink = d == 64;
+        s.deterministic = deterministic, s.nan_unused_queries = true;
+      }));
+    }
+  }
+  // A dense-layout packed batch without seqused: only the rows after the last segment are unused.
+  run_backward(varlen({100, 37}, {100, 37}, 4, 4, 128, kF16, [](VarlenSpec& s) {
+    s.pad_q = 40, s.nan_unused_queries = true;
+  }));
+}
+
 // At least 1000 short segments (1..64 tokens).
 TEST(VarlenGpuLarge, ManyShortSegments) {
   FLASH4_REQUIRE_GPU();

@@ -14,6 +14,7 @@
 #include "hw/sm90/stmatrix.cuh"
 #include "hw/sm90/wgmma.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_query_tail.cuh"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_warp_ops.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
@@ -175,6 +176,10 @@ struct BwdWgmmaConsumer {
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
+      if constexpr (Kernel::kPackedEntries) {
+        if (e.seqlen_q - m0 < kBlockM)
+          clear_query_tail(s.q[stage], s.dout[stage], e.seqlen_q - m0, wg * 128 + tid, kBarDsReady);
+      }
 
       // Operand descriptors of this tile: one base per operand, each k-step an offset from it (chunks of 64
       // columns are rows * 128 bytes apart; a K-major k-step moves 32 bytes, an MN-major one 16 rows = 2048).

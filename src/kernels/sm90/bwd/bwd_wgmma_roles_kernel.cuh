@@ -58,6 +58,7 @@
 #include "hw/sm90/tma.cuh"
 #include "hw/sm90/wgmma.cuh"
 #include "kernels/sm90/bwd/bwd_params.h"
+#include "kernels/sm90/bwd/bwd_query_tail.cuh"
 #include "kernels/sm90/bwd/bwd_wgmma_params.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
@@ -242,6 +243,9 @@ struct BwdWgmmaRolesKernel {
       const int m0 = m_block * kBlockM;
       const int stage = st.stage;
       mbarrier::wait(&s.full[stage], st.phase);
+      if constexpr (kPacked) {
+        if (e.seqlen_q - m0 < kBlockM) clear_query_tail(s.q[stage], s.dout[stage], e.seqlen_q - m0, tid, kBarDsReady);
+      }
 
       float acc_s[kBlockM / 2];
       transposed_product(s.k, s.q[stage], acc_s);  // S^T = K Q^T
@@ -324,6 +328,10 @@ struct BwdWgmmaRolesKernel {
       const int stage = st.stage;
       const int buf = it & 1;
       mbarrier::wait(&s.full[stage], st.phase);
+      if constexpr (kPacked) {
+        if (e.seqlen_q - m0 < kBlockM)
+          clear_query_tail(s.q[stage], s.dout[stage], e.seqlen_q - m0, 128 + tid, kBarDsReady);
+      }
 
       float acc_dp[kBlockM / 2];
       transposed_product(s.v, s.dout[stage], acc_dp);  // dP^T = V dO^T
