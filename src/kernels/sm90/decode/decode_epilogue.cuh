@@ -49,17 +49,25 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
   const bool direct = p.splits == 1;
   if (tid < Tile::kBlockM) {
     const int fragment = tid / 16, r = tid % 16;
+    // A NaN score (NaN in q or in a key) is dropped by the max but makes its warp's sum NaN: the row stays NaN
+    // (LSE and weights), as an unsplit row would, instead of passing for a row that saw no key.
     float m = -INFINITY;
-    for (int wn = 0; wn < kWarpsN; ++wn) m = fmaxf(m, s_m[(fragment * kWarpsN + wn) * 16 + r]);
+    bool nan = false;
+    for (int wn = 0; wn < kWarpsN; ++wn) {
+      const int at = (fragment * kWarpsN + wn) * 16 + r;
+      m = fmaxf(m, s_m[at]);
+      nan = nan || s_l[at] != s_l[at];
+    }
     float sum = 0.0f;
     if (m != -INFINITY)
       for (int wn = 0; wn < kWarpsN; ++wn) {
         const int at = (fragment * kWarpsN + wn) * 16 + r;
         sum += s_l[at] * exp2f(s_m[at] - m);
       }
+    if (nan) sum = __int_as_float(0x7fffffff);
     // Natural-log LSE of the keys this CTA saw; -inf for a row that saw none.
-    const float lse_part = sum > 0.0f ? (m + __log2f(sum)) * detail::kLn2 : -INFINITY;
-    float lse = lse_part, weight = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float lse_part = nan ? sum : sum > 0.0f ? (m + __log2f(sum)) * detail::kLn2 : -INFINITY;
+    float lse = lse_part, weight = nan ? sum : sum > 0.0f ? 1.0f / sum : 0.0f;
     const bool valid = tid < rows_valid;
     const RowTarget to = row_target(row0 + (valid ? tid : 0), p.group, hkv);
     if (direct) {  // the last step of the combine, with one part: the sink only enlarges the denominator
@@ -69,7 +77,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
     }
     for (int wn = 0; wn < kWarpsN; ++wn) {
       const int at = (fragment * kWarpsN + wn) * 16 + r;
-      s_w[at] = sum > 0.0f ? weight * exp2f(s_m[at] - m) : 0.0f;
+      s_w[at] = nan ? sum : sum > 0.0f ? weight * exp2f(s_m[at] - m) : 0.0f;
     }
     if (valid) {
       if (direct) {

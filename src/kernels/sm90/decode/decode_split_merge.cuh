@@ -33,13 +33,19 @@ __device__ __forceinline__ RowTarget row_target(int packed, int group, int hkv) 
 // The merged LSE of one row over its splits, by one warp: lane l holds the LSEs of splits l, l + 32, ... (-inf
 // where a split is absent or empty); common/lse_combine.h's max and sum as warp reductions, the learnable sink
 // (`sink`, when `has_sink`) in the denominator. Returns the row's LSE in every lane and each held part's weight.
+// A NaN part makes the row NaN (LSE and every weight), as combined_lse does: the max alone would drop it.
 template <int kPerLane>
 __device__ __forceinline__ float warp_combined_lse(const float (&lse_s)[kPerLane], bool has_sink, float sink,
                                                    float (&weight)[kPerLane]) {
   float m = has_sink ? sink : detail::negative_infinity();
+  bool nan = false;
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) m = fmaxf(m, lse_s[k]);
+  for (int k = 0; k < kPerLane; ++k) {
+    m = fmaxf(m, lse_s[k]);
+    nan = nan || lse_s[k] != lse_s[k];
+  }
   m = warp_max(m);
+  if (__any_sync(0xffffffffu, nan)) m = __int_as_float(0x7fffffff);  // sum, LSE and weights follow as NaN
   float sum = 0.0f;
   if (m != detail::negative_infinity())
 #pragma unroll
