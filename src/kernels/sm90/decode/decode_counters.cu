@@ -2,9 +2,12 @@
 #include "kernels/sm90/decode/decode_counters.h"
 
 #include <atomic>
+#include <functional>
 #include <mutex>
+#include <thread>
 
 #include "kernels/cuda_check.h"
+#include "kernels/sm90/decode/counter_slices.h"
 
 namespace flash4::sm90::decode {
 namespace {
@@ -15,7 +18,7 @@ constexpr size_t kPoolInts = size_t{kCountersPerSlice} * (kEagerSlices + kCaptur
 struct CounterPool {
   std::mutex mutex;                 // guards the allocation
   std::atomic<int*> base{nullptr};  // kPoolInts zeroed ints: eager slices, then captured ones
-  std::atomic<uint32_t> next_eager{0};
+  StreamSlices eager{kEagerSlices};
   std::atomic<uint32_t> next_captured{0};
 };
 
@@ -64,8 +67,12 @@ int* pooled_split_counters(int64_t count, cudaStream_t stream) {
   int* base = pool.base.load();
   if (base == nullptr) base = allocate(pool, stream);
   if (base == nullptr) return nullptr;
-  const uint32_t slice = pool.next_eager.fetch_add(1) % kEagerSlices;
-  return base + size_t{kCountersPerSlice} * slice;
+  // The per-thread default stream is a different stream in each host thread behind one handle.
+  const uint64_t thread_key =
+      stream == cudaStreamPerThread ? std::hash<std::thread::id>{}(std::this_thread::get_id()) | 1u : 0u;
+  const int slice = pool.eager.slice_of(reinterpret_cast<uintptr_t>(stream), thread_key);
+  if (slice < 0) return nullptr;
+  return base + size_t{kCountersPerSlice} * static_cast<size_t>(slice);
 }
 
 }  // namespace flash4::sm90::decode

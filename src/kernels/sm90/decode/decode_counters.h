@@ -2,12 +2,12 @@
 // counter per (sequence, KV head, row tile), and its last CTA per tile sets the counter back to zero. Zeroing a
 // workspace on the stream (cudaMemsetAsync) would put a memset before every split launch (about 0.7 us at 1 x 8k),
 // so counters come from a per-device pool, zeroed once, whose slices stay zero between launches.
-// Slices: calls outside graph capture take the next of kEagerSlices in turn, so two launches share a slice only
-// when kEagerSlices calls apart run at the same time on different streams; each capture into a CUDA graph takes a
-// slice of its own for good (its replays may run beside any later call; two instances of one captured graph
-// replayed at the same time would share it), kCapturedSlices of them. When no slice fits (more counters than a
-// slice holds, captures beyond that number, or a capture before the first eager call allocated the pool) the
-// caller zeroes counters in its workspace instead.
+// Slices: calls outside graph capture use their stream's slice (counter_slices.h: one per stream, kEagerSlices
+// streams), so launches share a slice only when they run one after the other on one stream; each capture into a
+// CUDA graph takes a slice of its own for good (its replays may run beside any later call; two instances of one
+// captured graph replayed at the same time would share it), kCapturedSlices of them. When no slice fits (more
+// counters than a slice holds, more streams or captures than slices, or a capture before the first eager call
+// allocated the pool) the caller zeroes counters in its workspace instead.
 #pragma once
 
 #include <cuda_runtime.h>

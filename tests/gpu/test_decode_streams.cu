@@ -1,0 +1,94 @@
+// Split-KV decode calls queued on several streams at once: each launch's last-CTA merge counts its splits on
+// counters from a pool that launches leave at zero (src/kernels/sm90/decode/decode_counters.h), one slice per
+// stream. A slow stream (long caches) beside fast ones keeps many launches of different streams in flight
+// together; every output must equal the same call run alone, bit for bit.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/host_tensor.h"
+#include "common/test_rng.h"
+#include "device_mirror.h"
+#include "flash4/kvcache.h"
+#include "kvcache_device.h"
+
+namespace flash4::test {
+namespace {
+
+constexpr int64_t kHeads = 32, kHeadsKv = 8, kDim = 128;
+
+// One stream's problem: a decode step of one sequence against `keys` cached keys, forced into `splits` splits,
+// with `calls` output buffers.
+struct StreamCase {
+  HostTensor q, k, v;
+  std::vector<HostTensor> outs;
+  std::optional<DeviceMirror> dq, dk, dv;
+  std::vector<std::unique_ptr<DeviceMirror>> douts;
+  int splits;
+
+  StreamCase(int64_t keys, int splits_, int calls, Rng& rng)
+      : q(DType::kBFloat16, 1, 1, kHeads, kDim), k(DType::kBFloat16, 1, keys, kHeadsKv, kDim),
+        v(DType::kBFloat16, 1, keys, kHeadsKv, kDim), splits(splits_) {
+    q.fill_normal(rng);
+    k.fill_normal(rng);
+    v.fill_normal(rng);
+    dq.emplace(q);
+    dk.emplace(k);
+    dv.emplace(v);
+    for (int i = 0; i < calls; ++i) {
+      outs.emplace_back(DType::kBFloat16, 1, 1, kHeads, kDim);
+      outs.back().poison();
+    }
+    for (HostTensor& o : outs) douts.push_back(std::make_unique<DeviceMirror>(o));
+  }
+  KvCacheArgs args(int call) const {
+    KvCacheArgs a;
+    a.q = dq->view(), a.k_cache = dk->view(), a.v_cache = dv->view(), a.out = douts[call]->view();
+    a.num_splits = splits;
+    return a;
+  }
+};
+
+std::vector<uint16_t> bits(const HostTensor& h) {
+  std::vector<uint16_t> b(static_cast<size_t>(h.numel()));
+  std::memcpy(b.data(), h.view().data, b.size() * 2);
+  return b;
+}
+
+TEST(DecodeStreams, ConcurrentSplitCallsMergeTheirOwnSplits) {
+  FLASH4_REQUIRE_GPU();
+  FLASH4_TEST_RNG(rng);
+  constexpr int kCalls = 300;
+  std::vector<std::unique_ptr<StreamCase>> cases;
+  cases.push_back(std::make_unique<StreamCase>(65536, 33, kCalls, rng));  // slow: ~100 us a call
+  for (int s = 0; s < 3; ++s) cases.push_back(std::make_unique<StreamCase>(2048 + 512 * s, 8 + s, kCalls, rng));
+  std::vector<cudaStream_t> streams(cases.size());
+  for (cudaStream_t& st : streams) FLASH4_TEST_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  // Each case alone first: the reference bits.
+  std::vector<std::vector<uint16_t>> expected;
+  for (const auto& c : cases) {
+    forward_kvcache(c->args(0), streams[0]);
+    FLASH4_TEST_CUDA(cudaStreamSynchronize(streams[0]));
+    FLASH4_TEST_CUDA(c->douts[0]->download());
+    expected.push_back(bits(c->outs[0]));
+  }
+  // Then every call of every case, interleaved across the streams without waiting.
+  for (int call = 1; call < kCalls; ++call)
+    for (size_t s = 0; s < cases.size(); ++s) forward_kvcache(cases[s]->args(call), streams[s]);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  for (size_t s = 0; s < cases.size(); ++s) {
+    for (int call = 1; call < kCalls; ++call) {
+      FLASH4_TEST_CUDA(cases[s]->douts[call]->download());
+      ASSERT_EQ(bits(cases[s]->outs[call]), expected[s]) << "stream " << s << " call " << call;
+    }
+  }
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace flash4::test
