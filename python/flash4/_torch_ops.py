@@ -41,9 +41,10 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
 def _tma_addressable(t: Tensor) -> bool:
     """Whether the GPU kernels' TMA loads can address t as it is: a 16-byte aligned start and every stride but
     the last a positive multiple of 16 bytes (size-1 dimensions included: TMA takes their strides too). While
-    torch.compile traces (also AOT autograd's trace of a backward, on fake / functional tensors) the start address
-    is not known: the library checks it when the call runs."""
-    traced = torch.compiler.is_compiling() or type(t) not in _PLAIN_TENSORS or is_in_torch_dispatch_mode()
+    torch.compile traces (also AOT autograd's trace of a backward, on fake / functional tensors) or a torch.func
+    transform wraps t, the start address is not known: the library checks it when the call runs."""
+    traced = (torch.compiler.is_compiling() or type(t) not in _PLAIN_TENSORS or is_in_torch_dispatch_mode()
+              or torch._C._functorch.is_functorch_wrapped_tensor(t))  # torch.func's wrappers have no storage
     if not traced and t.data_ptr() % 16 != 0:
         return False
     size = t.element_size()
