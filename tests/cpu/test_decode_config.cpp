@@ -137,6 +137,13 @@ TEST(DecodeConfig, SplitHeuristic) {
   EXPECT_EQ(decode_num_splits(0, kSms, 128, 8, 4, 128, 2048), 1);
   EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 200), 1);  // too few keys to split
   EXPECT_EQ(decode_num_splits(7, kSms, 1, 8, 4, 128, 65536), 7);  // num_splits overrides
+  // Contiguous caches with interleaved KV heads: one CTA per SM's worth of splits.
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536, true), 16);
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 8192, true), 16);
+  EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768, true), 2);
+  EXPECT_EQ(decode_num_splits(0, kSms, 12, 8, 4, 128, 32768, true), 2);  // 96 items: 132 / 96 < 2, the slots' rule
+  EXPECT_EQ(decode_num_splits(0, kSms, 2, 8, 4, 256, 65536, true), 8);  // d = 256: one CTA per SM either way
+  EXPECT_EQ(decode_num_splits(7, kSms, 1, 8, 4, 128, 65536, true), 7);
   EXPECT_FALSE(decode_wide_rows(16));
   EXPECT_TRUE(decode_wide_rows(17));
 }

@@ -86,13 +86,19 @@ constexpr int decode_ctas_per_sm(int64_t rows, int64_t head_dim) {
 // At least kMinKeysPerSplit keys per split. `max_keys` is the cache's capacity (device-resident lengths are not
 // read on the host), so a batch of short sequences in a long cache may split more than it needs; the surplus
 // splits find no key and cost one small CTA each.
+// `heads_interleaved`: a contiguous cache whose KV heads alternate row by row ((slot, row, heads_kv, d), flash-attn's
+// layout, also packed keys). Where that still splits each item at least in two, its splits fill one CTA per SM,
+// not every slot: half the splits, each reading twice the keys, measured faster there (fewer partials to merge);
+// paged and head-major caches need the second CTA per SM to hide their page lookups and DRAM latency
+// (docs/performance.md, KV-cache decode).
 constexpr int decode_num_splits(int requested, int64_t sms, int64_t batch, int64_t heads_kv, int64_t rows,
-                                int64_t head_dim, int64_t max_keys) {
+                                int64_t head_dim, int64_t max_keys, bool heads_interleaved = false) {
   if (requested > 0) return requested;
   const int64_t tiles = (rows + decode_block_m(rows) - 1) / decode_block_m(rows);
   const int64_t items = batch * heads_kv * tiles, slots = sms * decode_ctas_per_sm(rows, head_dim);
   if (items <= 0 || items * 5 >= slots * 4) return 1;
   int64_t splits = slots / items;
+  if (heads_interleaved && sms / items >= 2) splits = sms / items;  // measured where it still splits in two
   if (splits > max_keys / detail::kMinKeysPerSplit) splits = max_keys / detail::kMinKeysPerSplit;
   if (splits > detail::kMaxSplits) splits = detail::kMaxSplits;
   return splits > 1 ? static_cast<int>(splits) : 1;
