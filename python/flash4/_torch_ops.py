@@ -279,6 +279,17 @@ def _guard_second_derivative(grads, *inputs):
     return grads if anchor is None else _NotTwiceDifferentiable.apply(anchor, *grads)
 
 
+def _eager_forward(ctx, inputs, lse_is_output):
+    """The forward of _EagerAttention and _EagerAttentionOut: inputs are apply()'s arguments (q, k, v, the six
+    options, then the sequence arguments given); out, lse."""
+    given = inputs[_N_DENSE_INPUTS:]
+    seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
+    out, lse = _run_forward(*inputs[:8], seq)
+    _setup_context(ctx, tuple(inputs[:_N_DENSE_INPUTS]) + seq, (out, lse), lse_is_output)
+    ctx.n_inputs = len(inputs)  # backward returns one gradient per argument of apply()
+    return out, lse
+
+
 class _EagerAttention(torch.autograd.Function):
     """The same forward and backward as the custom ops, called directly, for eager mode: the custom ops'
     dispatch and autograd wrapping cost the host about 500 us per layer (forward + backward, measured on the
@@ -286,13 +297,8 @@ class _EagerAttention(torch.autograd.Function):
     torch.compile still sees the custom ops (attention() picks them while compiling)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, *given):
-        seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
-        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq)
-        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
-                       + seq, (out, lse))
-        ctx.n_inputs = _N_DENSE_INPUTS + len(given)  # backward returns one gradient per argument of apply()
-        return out, lse
+    def forward(ctx, *inputs):
+        return _eager_forward(ctx, inputs, lse_is_output=True)
 
     @staticmethod
     def backward(ctx, dout, _dlse=None):
@@ -314,13 +320,8 @@ class _EagerAttentionOut(torch.autograd.Function):
     call (a few microseconds of host time). The LSE is still saved for the backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, *given):
-        seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
-        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, seq)
-        _setup_context(ctx, (q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
-                       + seq, (out, lse), lse_is_output=False)
-        ctx.n_inputs = _N_DENSE_INPUTS + len(given)
-        return out
+    def forward(ctx, *inputs):
+        return _eager_forward(ctx, inputs, lse_is_output=False)[0]
 
     @staticmethod
     def backward(ctx, dout):
