@@ -1,4 +1,4 @@
-// The decode counter pool's slice per stream (src/kernels/sm90/decode/counter_slices.h): a stream keeps its slice,
+// The zero-counter pool's slice per stream (src/kernels/sm90/counter_slices.h): a stream keeps its slice,
 // different streams (and the per-thread default stream in different threads) never share one, and a full table
 // answers -1 (the caller then zeroes counters of its own).
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/sm90/decode/counter_slices.h"
+#include "kernels/sm90/counter_slices.h"
 
-namespace flash4::sm90::decode {
+namespace flash4::sm90 {
 namespace {
 
 TEST(StreamSlices, OneSlicePerStreamForGood) {
@@ -57,4 +57,4 @@ TEST(StreamSlices, ConcurrentFirstUsesGetDistinctSlices) {
 }
 
 }  // namespace
-}  // namespace flash4::sm90::decode
+}  // namespace flash4::sm90

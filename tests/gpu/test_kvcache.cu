@@ -271,7 +271,7 @@ TEST(KvCacheGpu, LastSplitMerges) {
       }));
     }
   run_case(spec(1, 1, 4, 1, {100003}));  // automatic split count, one tile
-  // More tiles than a pooled slice of counters (decode_counters.h): counters zeroed in the workspace.
+  // More tiles than a pooled slice of counters (zero_counters.h): counters zeroed in the workspace.
   std::vector<int64_t> lengths(300);
   for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>((i * 37) % 400);
   run_case(with(spec(300, 1, 8, 4, lengths), [](KvCaseSpec& s) { s.num_splits = 3; }));

@@ -17,7 +17,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/decode/decode_config.h"
-#include "kernels/sm90/decode/decode_counters.h"
+#include "kernels/sm90/zero_counters.h"
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/decode/decode_launch.h"
 #include "kernels/sm90/fwd/fwd_kvcache.h"
@@ -126,7 +126,7 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   if (p.splits == 1) return launch(p);
 
   // Partials: o (splits, batch, heads, seqlen_q, width) and lse (splits, batch, heads, seqlen_q), fp32. The 16-row
-  // tile's last CTA merges them (no combine kernel) with arrival counters from the pool (decode_counters.h), or
+  // tile's last CTA merges them (no combine kernel) with arrival counters from the pool (zero_counters.h), or
   // from the workspace, zeroed on the stream, where the pool has none to give.
   const size_t part_rows = static_cast<size_t>(p.splits) * s.batch * s.heads * s.seqlen_q;
   const size_t o_bytes = (part_rows * width * 4 + 255) & ~size_t{255};
@@ -136,7 +136,7 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   p.o_partial = reinterpret_cast<float*>(workspace.data());
   p.lse_partial = reinterpret_cast<float*>(workspace.data() + o_bytes);
   if (!wide) {
-    p.split_counters = sm90::decode::pooled_split_counters(counter_count, stream);
+    p.split_counters = sm90::pooled_zero_counters(counter_count, stream);
     if (p.split_counters == nullptr) {
       p.split_counters = reinterpret_cast<int*>(workspace.data() + o_bytes + lse_bytes);
       FLASH4_CUDA_CHECK(cudaMemsetAsync(p.split_counters, 0, counter_count * sizeof(int), stream));

@@ -6,12 +6,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/cuda_check.h"
 #include "kernels/sm_count.h"
 #include "kernels/smem_opt_in.h"
 #include "kernels/stream_workspace.h"
 #include "kernels/sm90/fwd/fwd_kernel.cuh"
+#include "kernels/sm90/zero_counters.h"
 
 namespace flash4::sm90 {
 
@@ -30,11 +32,16 @@ void launch_forward_kernel(const FwdParams& params, bool persistent, cudaStream_
   const int sms = detail::current_device_sm_count();
   const int64_t tiles = int64_t(params.num_m_blocks) * params.heads * params.batch;
   const int grid = static_cast<int>(std::min<int64_t>(tiles, persistent ? sms : tiles));
-  // The scheduler's counter: stream-ordered, so concurrent calls on other streams each get their own.
+  // The scheduler's counter, zero at launch and left zero by the kernel: from the stream's slice of the counter
+  // pool (concurrent calls on other streams have their own), else zeroed on the stream in a workspace.
   FwdParams launch_params = params;
-  detail::StreamWorkspace counter(sizeof(int), stream);
-  launch_params.tile_counter = reinterpret_cast<int*>(counter.data());
-  FLASH4_CUDA_CHECK(cudaMemsetAsync(launch_params.tile_counter, 0, sizeof(int), stream));
+  launch_params.tile_counter = pooled_zero_counters(1, stream);
+  std::optional<detail::StreamWorkspace> counter;
+  if (launch_params.tile_counter == nullptr) {
+    counter.emplace(sizeof(int), stream);
+    launch_params.tile_counter = reinterpret_cast<int*>(counter->data());
+    FLASH4_CUDA_CHECK(cudaMemsetAsync(launch_params.tile_counter, 0, sizeof(int), stream));
+  }
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(launch_params);
   FLASH4_CUDA_CHECK(cudaGetLastError());
 }

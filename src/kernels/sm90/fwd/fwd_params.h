@@ -30,7 +30,7 @@ struct FwdParams {
   int64_t lse_stride_b = 0, lse_stride_h = 0;
   const float* learnable_sink = nullptr;  // (h) fp32 logits in every row's softmax denominator; null = none
 
-  int* tile_counter = nullptr;  // zeroed int in global memory: the dynamic tile scheduler's next tile
+  int* tile_counter = nullptr;  // the dynamic tile scheduler's next tile: zero at launch, left zero at the end
 
   int batch = 0, heads = 0, group = 1;  // group = heads / heads_kv
   int num_m_blocks = 0;                 // query tiles per (batch, head) of the longest sequence

@@ -110,8 +110,12 @@ struct FwdProducer {
       const FwdTile tile = scheduler.tile(t);
       int next = 0;
       bool next_claimed = false, next_published = false;
+      // Each tile's CTA claims once more, so the claims number exactly the tiles (claims past the last tile end
+      // the CTAs); the last one sets the counter back to zero, as the pool it came from needs (zero_counters.h).
       auto claim_next = [&] {
-        next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+        const int claim = atomicAdd(p.tile_counter, 1);
+        if (claim == scheduler.total() - 1) atomicExch(p.tile_counter, 0);
+        next = static_cast<int>(gridDim.x) + claim;
         next_claimed = true;
       };
       const detail::SequenceInfo si = p.seq.info(tile.batch);

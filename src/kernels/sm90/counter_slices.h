@@ -1,4 +1,4 @@
-// Which slice of the decode counter pool (decode_counters.h) an eager launch uses: each stream owns one slice for
+// Which slice of the zero-counter pool (zero_counters.h) an eager launch uses: each stream owns one slice for
 // good, assigned at its first launch. Launches on one stream run one after the other, and each leaves its counters
 // at zero, so the next launch on that stream finds its slice zeroed; launches on different streams never share a
 // slice, however many calls each queues. Host-only C++ (tested on the CPU).
@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-namespace flash4::sm90::decode {
+namespace flash4::sm90 {
 
 class StreamSlices {
  public:
@@ -41,4 +41,4 @@ class StreamSlices {
   std::vector<Owner> owners_;  // slice i belongs to owners_[i]
 };
 
-}  // namespace flash4::sm90::decode
+}  // namespace flash4::sm90

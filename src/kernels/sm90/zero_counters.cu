@@ -1,5 +1,5 @@
-// The decode split counters' per-device pool (decode_counters.h).
-#include "kernels/sm90/decode/decode_counters.h"
+// The per-device pool of zero counters (zero_counters.h).
+#include "kernels/sm90/zero_counters.h"
 
 #include <atomic>
 #include <functional>
@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "kernels/cuda_check.h"
-#include "kernels/sm90/decode/counter_slices.h"
+#include "kernels/sm90/counter_slices.h"
 
-namespace flash4::sm90::decode {
+namespace flash4::sm90 {
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -50,7 +50,7 @@ int* allocate(CounterPool& pool, cudaStream_t stream) {
 
 }  // namespace
 
-int* pooled_split_counters(int64_t count, cudaStream_t stream) {
+int* pooled_zero_counters(int64_t count, cudaStream_t stream) {
   int device = 0;
   FLASH4_CUDA_CHECK(cudaGetDevice(&device));
   if (count > kCountersPerSlice || device < 0 || device >= kMaxDevices) return nullptr;
@@ -75,4 +75,4 @@ int* pooled_split_counters(int64_t count, cudaStream_t stream) {
   return base + size_t{kCountersPerSlice} * static_cast<size_t>(slice);
 }
 
-}  // namespace flash4::sm90::decode
+}  // namespace flash4::sm90
