@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 namespace varlen_bench {
@@ -152,61 +153,73 @@ inline void run(int iters) {
   }
 }
 
-// `flash4_bench --varlen-decode`: packed decode batches (one query per sequence, keys packed and ragged: lengths
-// spread over 0.5..1.5x the row's mean), GQA 32 / 8, head dim 128, bf16, the rows of the KV-cache decode grid.
-// Timed through the decode route (max_seqlen_q = 1) and, for the same work, through the packed forward kernel
-// (max_seqlen_q = 2 keeps the route off). Prints JSON lines: microseconds and TB/s of K and V read.
+// `flash4_bench --varlen-decode`: packed decode batches (keys packed and ragged: lengths spread over 0.5..1.5x the
+// row's mean), GQA 32 / 8, head dim 128, bf16, causal, the rows of the KV-cache decode grid. Three calls per row:
+// one query per sequence through the decode route; 1..4 queries per sequence (speculative decoding's verify step)
+// through the route; the same ragged batch through the packed forward kernel (seqused_q, equal to the counts,
+// keeps the route off). Prints JSON lines: microseconds and TB/s of K and V read.
 inline void run_decode(int iters) {
-  constexpr int kHeads = 32, kHeadsKv = 8, kDim = 128;
+  constexpr int kHeads = 32, kHeadsKv = 8, kDim = 128, kMaxQueries = 4;
   for (const auto& row : std::vector<std::array<int, 2>>{{1, 65536}, {1, 131072}, {8, 8192}, {8, 32768},
                                                          {64, 4096}, {128, 2048}}) {
     const int batch = row[0], mean = row[1];
-    std::vector<int> cu_q = {0}, cu_k = {0};
+    std::vector<int> cu_one = {0}, cu_ragged = {0}, counts, cu_k = {0};
     for (int b = 0; b < batch; ++b) {
       const double spread = 0.5 + ((b * 37) % batch + 0.5) / batch;
-      cu_q.push_back(b + 1);
+      cu_one.push_back(b + 1);
+      counts.push_back(1 + (b * 3) % kMaxQueries);
+      cu_ragged.push_back(cu_ragged.back() + counts.back());
       cu_k.push_back(cu_k.back() + static_cast<int>(mean * spread));
     }
-    const int64_t total_k = cu_k.back();
+    const int64_t total_k = cu_k.back(), rows = int64_t{batch} * kMaxQueries;
     __nv_bfloat16 *q, *k, *v, *out;
     float* lse;
-    int *d_cu_q, *d_cu_k;
-    CHECK(cudaMalloc(&q, size_t(batch) * kHeads * kDim * 2));
-    CHECK(cudaMalloc(&out, size_t(batch) * kHeads * kDim * 2));
+    int *d_cu_one, *d_cu_ragged, *d_counts, *d_cu_k;
+    CHECK(cudaMalloc(&q, size_t(rows) * kHeads * kDim * 2));
+    CHECK(cudaMalloc(&out, size_t(rows) * kHeads * kDim * 2));
     CHECK(cudaMalloc(&k, size_t(total_k) * kHeadsKv * kDim * 2));
     CHECK(cudaMalloc(&v, size_t(total_k) * kHeadsKv * kDim * 2));
-    CHECK(cudaMalloc(&lse, size_t(kHeads) * batch * 4));
-    CHECK(cudaMalloc(&d_cu_q, (batch + 1) * 4));
+    CHECK(cudaMalloc(&lse, size_t(kHeads) * rows * 4));
+    CHECK(cudaMalloc(&d_cu_one, (batch + 1) * 4));
+    CHECK(cudaMalloc(&d_cu_ragged, (batch + 1) * 4));
+    CHECK(cudaMalloc(&d_counts, batch * 4));
     CHECK(cudaMalloc(&d_cu_k, (batch + 1) * 4));
-    fill_random<<<1024, 256>>>(q, size_t(batch) * kHeads * kDim, 11u);
+    fill_random<<<1024, 256>>>(q, size_t(rows) * kHeads * kDim, 11u);
     fill_random<<<1024, 256>>>(k, size_t(total_k) * kHeadsKv * kDim, 12u);
     fill_random<<<1024, 256>>>(v, size_t(total_k) * kHeadsKv * kDim, 13u);
-    CHECK(cudaMemcpy(d_cu_q, cu_q.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_cu_one, cu_one.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_cu_ragged, cu_ragged.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_counts, counts.data(), batch * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(d_cu_k, cu_k.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
     CHECK(cudaDeviceSynchronize());
     const flash4::Device dev = flash4::Device::cuda(0);
-    flash4::ForwardArgs a;
-    a.q = flash4::make_view(q, flash4::DType::kBFloat16, dev, batch, kHeads, kDim);
-    a.out = flash4::make_view(out, flash4::DType::kBFloat16, dev, batch, kHeads, kDim);
-    a.k = flash4::make_view(k, flash4::DType::kBFloat16, dev, total_k, kHeadsKv, kDim);
-    a.v = flash4::make_view(v, flash4::DType::kBFloat16, dev, total_k, kHeadsKv, kDim);
-    a.lse = flash4::make_view(lse, flash4::DType::kFloat32, dev, kHeads, batch);
-    a.cu_seqlens_q = flash4::make_view(d_cu_q, flash4::DType::kInt32, dev, batch + 1);
-    a.cu_seqlens_k = flash4::make_view(d_cu_k, flash4::DType::kInt32, dev, batch + 1);
-    a.max_seqlen_k = 0;
-    for (int b = 0; b < batch; ++b) a.max_seqlen_k = std::max<int64_t>(a.max_seqlen_k, cu_k[b + 1] - cu_k[b]);
-    a.causal = true;
     const double bytes = 2.0 * total_k * kHeadsKv * kDim * 2;
-    for (int max_q : {1, 2}) {
-      a.max_seqlen_q = max_q;
+    for (const char* impl : {"flash4_decode_route", "flash4_decode_route_ragged", "flash4_packed_kernel_ragged"}) {
+      const bool ragged = std::strcmp(impl, "flash4_decode_route") != 0;
+      const int64_t total_q = ragged ? cu_ragged.back() : batch;
+      flash4::ForwardArgs a;
+      a.q = flash4::make_view(q, flash4::DType::kBFloat16, dev, total_q, kHeads, kDim);
+      a.out = flash4::make_view(out, flash4::DType::kBFloat16, dev, total_q, kHeads, kDim);
+      a.k = flash4::make_view(k, flash4::DType::kBFloat16, dev, total_k, kHeadsKv, kDim);
+      a.v = flash4::make_view(v, flash4::DType::kBFloat16, dev, total_k, kHeadsKv, kDim);
+      a.lse = flash4::make_view(lse, flash4::DType::kFloat32, dev, kHeads, total_q);
+      a.cu_seqlens_q = flash4::make_view(ragged ? d_cu_ragged : d_cu_one, flash4::DType::kInt32, dev, batch + 1);
+      a.cu_seqlens_k = flash4::make_view(d_cu_k, flash4::DType::kInt32, dev, batch + 1);
+      if (std::strstr(impl, "packed_kernel"))
+        a.seqused_q = flash4::make_view(d_counts, flash4::DType::kInt32, dev, batch);
+      a.max_seqlen_q = ragged ? kMaxQueries : 1;
+      a.max_seqlen_k = 0;
+      for (int b = 0; b < batch; ++b) a.max_seqlen_k = std::max<int64_t>(a.max_seqlen_k, cu_k[b + 1] - cu_k[b]);
+      a.causal = true;
       const double ms = median_ms_of(1, iters, [&](int) { flash4::forward(a); });
       std::printf("{\"impl\": \"%s\", \"pass\": \"varlen_decode\", \"batch\": %d, \"mean_keys\": %d, "
-                  "\"total_k\": %lld, \"us\": %.2f, \"tb_s\": %.3f}\n",
-                  max_q == 1 ? "flash4_decode_route" : "flash4_packed_kernel", batch, mean,
-                  static_cast<long long>(total_k), ms * 1e3, bytes / ms / 1e9);
+                  "\"total_q\": %lld, \"total_k\": %lld, \"us\": %.2f, \"tb_s\": %.3f}\n",
+                  impl, batch, mean, static_cast<long long>(total_q), static_cast<long long>(total_k), ms * 1e3,
+                  bytes / ms / 1e9);
       std::fflush(stdout);
     }
-    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)lse, (void*)d_cu_q, (void*)d_cu_k})
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)lse, (void*)d_cu_one, (void*)d_cu_ragged,
+                    (void*)d_counts, (void*)d_cu_k})
       cudaFree(p);
   }
 }

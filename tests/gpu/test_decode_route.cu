@@ -1,12 +1,14 @@
 // The forward's decode route (src/kernels/sm90/decode/decode_dense.h): flash4::forward problems with few query
-// rows per KV head run on the split-KV decode kernel, dense batches and packed ones whose segments all hold
-// max_seqlen_q queries. Against the fp64 reference (out and LSE, causal bottom-right with seqlen_q < seqlen_k,
+// rows per KV head run on the split-KV decode kernel, dense batches and packed ones of up to max_seqlen_q queries
+// a sequence. Against the fp64 reference (out and LSE, causal bottom-right with seqlen_q < seqlen_k,
 // window, softcap, sink, GQA / MQA, ragged and partly used keys), and the backward run on the LSE and output the
 // route wrote.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "api/backends.h"
@@ -21,7 +23,7 @@
 namespace flash4::test {
 namespace {
 
-constexpr DType kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
+constexpr DType kBF16 = DType::kBFloat16;
 
 // Forward on the GPU (asserting that it takes the decode route), checked; then, with `backward`, the GPU backward
 // on that out and LSE, checked against the reference gradients.
@@ -190,13 +192,74 @@ TEST(DecodeRoute, PackedBatches) {
   run_packed(varlen(repeat(1, many.size()), many, 8, 8, 64, kBF16, [](VarlenSpec& s) { s.causal = true; }));
 }
 
-// Batches the route must leave to the packed forward kernel: segments of different query counts, rows after the
-// last segment, partly used queries.
+// Packed decode batches whose sequences hold different numbers of queries (max_seqlen_q at most, some none):
+// each CTA finds its sequence's queries at cu_seqlens_q[b], tiles past a sequence's rows do nothing in every
+// split, rows after the last segment get out 0 and LSE -inf. Direct stores, the last-CTA merge of 16-row tiles
+// (long keys) and the combine kernel of 64-row tiles (16 queries x 4 heads) all meet ragged counts.
+TEST(DecodeRoute, PackedBatchesOfRaggedQueryCounts) {
+  FLASH4_REQUIRE_GPU();
+  run_packed(varlen({1, 2, 1}, {40, 300, 7}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }));
+  run_packed(varlen({2, 1}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.pad_q = 3, s.nan_unused_queries = true;  // rows after the last segment
+  }));
+  run_packed(varlen({3, 0, 16, 7, 1}, {500, 20, 4097, 0, 130}, 8, 2, 64, DType::kFloat16, [](VarlenSpec& s) {
+    s.causal = true, s.sink = true;  // up to 64 rows per KV head: the 64-row tile and the combine kernel
+  }));
+  run_packed(varlen({1, 4, 2}, {100003, 33, 5000}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.causal = true, s.sink = true;  // 16 rows, long keys: splits merged by the last CTA
+  }));
+  run_packed(varlen({5, 1, 9}, {2000, 16, 700}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.causal = true, s.window_left = 300, s.softcap = 15.0f;
+  }));
+  run_packed(varlen({2, 1, 3}, {300, 90, 70}, 4, 1, 256, DType::kFloat16, [](VarlenSpec& s) {
+    s.seqused_k = {180, 0, 10}, s.pad_k = 7, s.nan_unused_keys = true;
+  }));
+  std::vector<int> queries, keys;
+  for (int b = 0; b < 700; ++b) {
+    queries.push_back((b * 7) % 5);  // 0 .. 4
+    keys.push_back(1 + (b * 53) % 300);
+  }
+  run_packed(varlen(queries, keys, 8, 8, 64, kBF16, [](VarlenSpec& s) { s.causal = true; }));
+}
+
+// Device-resident offsets the host cannot check (negative, decreasing, past the tensors, a segment longer than
+// max_seqlen_q) on the route: nothing is written past the tensors the call sees.
+TEST(DecodeRoute, CorruptQueryOffsetsStayInBounds) {
+  FLASH4_REQUIRE_GPU();
+  const int64_t total = 9, guard = 16, heads = 8, d = 128;
+  VarlenSpec s = varlen({3, 3, 3}, {100, 100, 100}, heads, 2, d, kBF16, [&](VarlenSpec& x) {
+    x.pad_q = guard, x.pad_k = guard, x.sink = true;  // the packed tensors get `guard` extra rows ...
+  });
+  FLASH4_TEST_RNG(rng);
+  VarlenTensors t = make_varlen_tensors(s, rng, false);
+  const std::vector<int> bad = {-7, 8, 5, 9999};
+  std::memcpy(t.cu_seqlens_q.data(), bad.data(), bad.size() * 4);
+  DeviceVarlen dev(t);
+  ASSERT_TRUE(dev.ok());
+  ForwardArgs fa = dev.forward_args(s, t);
+  fa.q.shape[0] = fa.out.shape[0] = total;  // ... which the call does not see
+  fa.lse.shape[1] = total;                  // (heads, total_q) with row stride total + guard
+  fa.max_seqlen_q = 4;
+  ASSERT_TRUE(can_implement(fa).ok) << can_implement(fa).reason;
+  ASSERT_TRUE(detail::dense_decode_route(fa, detail::validate(fa)));
+  forward(fa);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  FLASH4_TEST_CUDA(dev.download(t.out));
+  const uint16_t* out = static_cast<const uint16_t*>(t.out.data());
+  for (int64_t i = total * heads * d; i < (total + guard) * heads * d; ++i)
+    ASSERT_EQ(out[i], 0x7fc0u) << "element " << i << " past the tensor was written";
+  FLASH4_TEST_CUDA(dev.download(t.lse));
+  const float* lse = static_cast<const float*>(t.lse.data());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = total; i < total + guard; ++i) ASSERT_TRUE(std::isnan(lse[h * (total + guard) + i])) << i;
+}
+
+// Batches the route must leave to the packed forward kernel: partly used queries, more rows per KV head than the
+// decode tiles take.
 TEST(DecodeRoute, PackedBatchesItLeaves) {
   FLASH4_REQUIRE_GPU();
-  run_packed(varlen({1, 2, 1}, {40, 300, 7}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
-  run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.pad_q = 3; }), false);
   run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.seqused_q = {1, 2}; }), false);
+  run_packed(varlen({16, 3}, {40, 300}, 16, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
 }
 
 }  // namespace

@@ -17,11 +17,12 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_guard.h"
 #include "kernels/sm90/decode/decode_config.h"
-#include "kernels/sm90/zero_counters.h"
 #include "kernels/sm90/decode/decode_dense.h"
 #include "kernels/sm90/decode/decode_launch.h"
+#include "kernels/sm90/fwd/fwd_empty.h"
 #include "kernels/sm90/fwd/fwd_kvcache.h"
 #include "kernels/sm90/head_dims.h"
+#include "kernels/sm90/zero_counters.h"
 #include "kernels/sm_count.h"
 #include "kernels/stream_workspace.h"
 
@@ -110,6 +111,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   }
   p.group = static_cast<int>(s.group());
   p.rows = static_cast<int>(rows);
+  p.cu_seqlens_q = s.cu_seqlens_q;  // a packed batch (the forward's route): q, out, lse views of one batch entry
+  p.total_q = s.total_q;
   p.row_tiles = static_cast<int>((rows + block_m - 1) / block_m);
   const bool heads_interleaved = !kv.paged && k_cache.stride[1] > s.head_dim;  // (slot, row, heads_kv, d)
   p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv, rows,
@@ -160,6 +163,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   c.lse = p.lse;
   c.lse_stride_b = p.lse_stride_b;
   c.lse_stride_h = p.lse_stride_h;
+  c.cu_seqlens_q = p.cu_seqlens_q;
+  c.total_q = p.total_q;
   sm90::decode::launch_combine(c, q.dtype, width, stream);
 }
 
@@ -218,11 +223,9 @@ void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream 
 
 bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
   // Few query rows per KV head (seqlen_q <= 16: the dense kernel's 128-row tile would be at most 1/8 used and
-  // would read K / V once per query head), every sequence with all its queries. A packed batch qualifies when
-  // total_q = batch * max_seqlen_q: no segment is longer than max_seqlen_q, so each has exactly max_seqlen_q
-  // queries and q is a (batch, max_seqlen_q) view; its keys may be ragged (cu_seqlens_k, seqused_k).
-  if (p.seqused_q != nullptr || p.split_head_dims()) return false;
-  if (p.varlen() && p.total_q != p.batch * p.seqlen_q) return false;
+  // would read K / V once per query head), every sequence with all its queries. A packed batch's sequences may
+  // hold different numbers of queries (max_seqlen_q at most) and keys (cu_seqlens_k, seqused_k).
+  if (p.seqused_q != nullptr || p.split_head_dims() || p.seqlen_q == 0) return false;
   if (a.lse.data != nullptr && a.lse.stride[a.lse.rank - 1] != 1) return false;  // the kernel's LSE rows are dense
   if (p.seqlen_q > 16 || p.seqlen_q * p.group() > 64 || p.seqlen_k == 0) return false;
   if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
@@ -231,15 +234,17 @@ bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
 
 namespace {
 
-// A packed (total, heads, head_dim) tensor as (sequences, rows_per_sequence, heads, head_dim).
-TensorView uniform_segments(const TensorView& t, int64_t sequences, int64_t rows) {
+// A packed (total, heads, head_dim) tensor as (sequences, rows_per_sequence, heads, head_dim) with batch stride
+// `sequence_stride` rows: total / sequences for equal segments, 0 where each sequence finds its rows itself (the
+// queries: DecodeParams::cu_seqlens_q).
+TensorView packed_view(const TensorView& t, int64_t sequences, int64_t rows, int64_t sequence_stride) {
   TensorView v = t;
   v.rank = 4;
   v.shape[0] = sequences;
   v.shape[1] = rows;
   v.shape[2] = t.shape[1];
   v.shape[3] = t.shape[2];
-  v.stride[0] = rows * t.stride[0];
+  v.stride[0] = sequence_stride * t.stride[0];
   v.stride[1] = t.stride[0];
   v.stride[2] = t.stride[1];
   v.stride[3] = t.stride[2];
@@ -265,15 +270,18 @@ void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t s
   kv.page_size = p.total_k;
   kv.cu_seqlens_k = p.cu_seqlens_k;
   kv.total_k = p.total_k;
-  // lse (heads, total_q) as (batch, heads, seqlen_q): row i of sequence b is column b * seqlen_q + i.
+  // q, out and lse (heads, total_q) as one batch entry, in which sequence b's queries start at cu_seqlens_q[b].
   TensorView lse = a.lse;
   if (lse.data != nullptr) {
     lse.rank = 3;
     lse.stride[1] = a.lse.stride[0];
-    lse.stride[0] = p.seqlen_q * a.lse.stride[1];
+    lse.stride[0] = 0;
   }
-  run_attention(kv, uniform_segments(a.q, p.batch, p.seqlen_q), uniform_segments(a.k, 1, p.total_k),
-                uniform_segments(a.v, 1, p.total_k), uniform_segments(a.out, p.batch, p.seqlen_q), lse, stream);
+  run_attention(kv, packed_view(a.q, p.batch, p.seqlen_q, 0), packed_view(a.k, 1, p.total_k, p.total_k),
+                packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0), lse, stream);
+  // Rows in no segment (after the last one) get out 0 and LSE -inf, as from the packed forward kernel; a batch
+  // of equal counts has none (total_q = batch * max_seqlen_q leaves no row over).
+  if (p.total_q != p.batch * p.seqlen_q) sm90::launch_forward_uncovered_rows(a, p, stream);
 }
 
 }  // namespace flash4::detail

@@ -36,6 +36,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int splits = min(p.splits, detail::kMaxSplits);
   const int64_t i = row % p.seqlen_q, h = (row / p.seqlen_q) % p.heads, b = row / (int64_t{p.seqlen_q} * p.heads);
+  const QuerySpan span = query_span(p.cu_seqlens_q, p.total_q, p.seqlen_q, b);
+  if (i >= span.count) return;  // a packed sequence with fewer queries: no partial was written for this row
   constexpr int kHeadDim = 32 * kPerLane;
   const float* lse_parts = p.lse_partial + row;  // split s at s * rows
   const bool has_sink = p.sink != nullptr;
@@ -78,13 +80,13 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid
         }
     }
   }
-  Element* out = static_cast<Element*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h +
-                 lane * kPerLane;
+  Element* out = static_cast<Element*>(p.out) + b * p.out_stride_b + (span.first + i) * p.out_stride_s +
+                 h * p.out_stride_h + lane * kPerLane;
   // Columns past the head dim (a kernel wider than it: decode_kernel_width) are the zero padding: not written.
 #pragma unroll
   for (int x = 0; x < kPerLane; x += 2)
     if (lane * kPerLane + x < p.out_cols) *reinterpret_cast<uint32_t*>(out + x) = pack2<Element>(acc[x], acc[x + 1]);
-  if (lane == 0 && p.lse != nullptr) p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i] = lse;
+  if (lane == 0 && p.lse != nullptr) p.lse[b * p.lse_stride_b + h * p.lse_stride_h + span.first + i] = lse;
 }
 
 template <class Element>

@@ -21,8 +21,8 @@ namespace flash4::sm90::decode {
 
 template <class Element, class Tile>
 __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Element, Tile>& w, unsigned char* smem,
-                                           int64_t b, int hkv, int split, int row_tile, int row0,
-                                           int rows_valid) {
+                                           int64_t b, int64_t q_first, int hkv, int split, int row_tile,
+                                           int row0, int rows_valid) {
   constexpr int kLd = Tile::kMergeLd, kWarps = Tile::kWarps, kWarpsN = Tile::kWarpsN;
   float* s_o = reinterpret_cast<float*>(smem + Tile::kOffStages);        // (kWarps, 16, kLd)
   float* s_m = reinterpret_cast<float*>(smem + Tile::kOffStats);         // (kWarps, 16) row max, log2 units
@@ -81,7 +81,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
     }
     if (valid) {
       if (direct) {
-        if (p.lse != nullptr) p.lse[b * p.lse_stride_b + to.h * p.lse_stride_h + to.i] = lse;
+        if (p.lse != nullptr) p.lse[b * p.lse_stride_b + to.h * p.lse_stride_h + q_first + to.i] = lse;
       } else {
         const int64_t seqlen_q = p.kv.attention.seqlen_q, heads = p.kv.attention.heads;
         p.lse_partial[((split * p.kv.attention.batch + b) * heads + to.h) * seqlen_q + to.i] = lse;
@@ -110,7 +110,8 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
     const RowTarget to = row_target(row0 + row, p.group, hkv);
     if (direct) {
       if (col >= p.head_dim) continue;  // the zero padding of a kernel wider than d
-      Element* dst = static_cast<Element*>(p.out) + b * p.out_stride_b + to.i * p.out_stride_s + to.h * p.out_stride_h;
+      Element* dst = static_cast<Element*>(p.out) + b * p.out_stride_b + (q_first + to.i) * p.out_stride_s +
+                     to.h * p.out_stride_h;
       const uint2 bits = make_uint2(pack2<Element>(acc.x, acc.y), pack2<Element>(acc.z, acc.w));
       *reinterpret_cast<uint2*>(dst + col) = bits;
     } else {
@@ -122,7 +123,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p, DecodeWarp<Ele
   }
   if constexpr (Tile::kBlockM == 16)
     if (!direct && p.split_counters != nullptr)
-      merge_splits_if_last<Element, Tile>(p, smem, b, hkv, row_tile, row0, rows_valid);
+      merge_splits_if_last<Element, Tile>(p, smem, b, q_first, hkv, row_tile, row0, rows_valid);
 }
 
 }  // namespace flash4::sm90::decode

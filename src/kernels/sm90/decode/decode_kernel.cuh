@@ -50,12 +50,16 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   const int hkv = static_cast<int>(blockIdx.y);
   const int64_t b = blockIdx.z;
   const int row0 = row_tile * Tile::kBlockM;
-  const int rows_valid = min(Tile::kBlockM, p.rows - row0);
+  // The sequence's queries (a packed batch's counts may differ): a tile past its rows has nothing to do, in every
+  // split alike, so its split counter is never touched.
+  const QuerySpan span = query_span(p.cu_seqlens_q, p.total_q, p.kv.attention.seqlen_q, b);
+  const int rows_valid = min(Tile::kBlockM, static_cast<int>(span.count) * p.group - row0);
+  if (rows_valid <= 0) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / Tile::kWarpsN, wn = warp % Tile::kWarpsN;  // row fragment, key slice
 
   // The keys of this CTA: those some row of the tile sees, then this split's part of them.
-  const detail::SequenceMask mask = p.kv.sequence_mask(b);
+  const detail::SequenceMask mask = detail::SequenceMask::make(p.kv.window(), span.count, p.kv.seqlen_k(b));
   const int64_t i_first = row0 / p.group, i_last = (row0 + rows_valid - 1) / p.group;
   const detail::IndexRange visible = mask.keys_of_any_row(i_first, i_last);
   int64_t lo = 0, hi = -1;
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   };
 
   // Prologue: Q and the first kStages - 1 blocks, one commit group per block (Q rides with the first).
-  load_q_rows<Element, Tile>(s_q, p.q, b, hkv, p.group, row0, rows_valid, p.head_dim);
+  load_q_rows<Element, Tile>(s_q, p.q, b, span.first, hkv, p.group, row0, rows_valid, p.head_dim);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_block(s, s);
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the merge buffer
-  store_rows<Element, Tile>(p, w, smem, b, hkv, split, row_tile, row0, rows_valid);
+  store_rows<Element, Tile>(p, w, smem, b, span.first, hkv, split, row_tile, row0, rows_valid);
 }
 
 }  // namespace flash4::sm90::decode

@@ -14,19 +14,19 @@
 
 namespace flash4::sm90::decode {
 
-// Rows [row0, row0 + kBlockM) of the packed (query, group head) rows of sequence b, KV head hkv, into s_q
-// (kBlockM, kHeadDim) 16-bit, swizzled (DecodeTile::offset); rows >= rows_valid and columns >= head_dim (a kernel
-// wider than d) are zeros.
+// Rows [row0, row0 + kBlockM) of the packed (query, group head) rows of sequence b, whose queries start at
+// q_first along q's query dimension, KV head hkv, into s_q (kBlockM, kHeadDim) 16-bit, swizzled
+// (DecodeTile::offset); rows >= rows_valid and columns >= head_dim (a kernel wider than d) are zeros.
 template <class Element, class Tile>
-__device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int64_t b, int hkv, int group,
-                                            int row0, int rows_valid, int head_dim) {
+__device__ __forceinline__ void load_q_rows(uint32_t s_q, const RowsView& q, int64_t b, int64_t q_first, int hkv,
+                                            int group, int row0, int rows_valid, int head_dim) {
   constexpr int kChunks = Tile::kHeadDim / 8;  // 16-byte chunks per row
   const Element* base = static_cast<const Element*>(q.data);
   for (int c = static_cast<int>(threadIdx.x); c < Tile::kBlockM * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool valid = r < rows_valid && col < head_dim;
     const int packed = row0 + (r < rows_valid ? r : 0);
-    const int64_t i = packed / group, h = int64_t{hkv} * group + packed % group;
+    const int64_t i = q_first + packed / group, h = int64_t{hkv} * group + packed % group;
     const Element* src = base + b * q.stride_0 + i * q.stride_1 + h * q.stride_h + (valid ? col : 0);
     cp_async_16(s_q + Tile::offset(r, col / 8), src, valid ? 16 : 0);
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "common/kvcache_problem.h"
 #include "common/score_transform.h"
 
@@ -35,9 +36,27 @@ struct DecodeParams {
   int* split_counters = nullptr;
   int splits = 1;
   int group = 1;                    // query heads per KV head
-  int rows = 0;                     // seqlen_q * group: packed rows per (sequence, KV head)
+  int rows = 0;                     // seqlen_q * group: packed rows per (sequence, KV head), at most
   int row_tiles = 1;                // CTAs per (split, sequence, KV head) along the rows
+  // A packed batch (the forward's decode route): q, out and lse are one batch entry of total_q queries (their
+  // batch strides 0) and sequence b's queries are its cu_seqlens_q segment, of at most seqlen_q; null otherwise.
+  const int* cu_seqlens_q = nullptr;
+  int64_t total_q = 0;
 };
+
+// Sequence b's queries: rows first .. first + count - 1 along q's, out's and lse's query dimension. A packed
+// batch's device-resident offsets are clamped to the tensors and its counts to seqlen_q, so nothing outside them
+// is read or written whatever the offsets hold.
+struct QuerySpan {
+  int64_t first = 0, count = 0;
+};
+FLASH4_HD QuerySpan query_span(const int* cu_seqlens_q, int64_t total_q, int64_t seqlen_q, int64_t b) {
+  if (cu_seqlens_q == nullptr) return {0, seqlen_q};
+  const auto clamp = [&](int64_t x) { return x < 0 ? int64_t{0} : x > total_q ? total_q : x; };
+  const int64_t first = clamp(cu_seqlens_q[b]), end = clamp(cu_seqlens_q[b + 1]);
+  const int64_t count = end > first ? end - first : 0;
+  return {first, count < seqlen_q ? count : seqlen_q};
+}
 
 // The combine: merges the splits of every (batch, head, query) row into out and lse (common/lse_combine.h).
 struct CombineParams {
@@ -51,6 +70,8 @@ struct CombineParams {
   int out_cols = 0;                 // the head dim: out's columns (o_partial rows are the kernel's width)
   float* lse = nullptr;
   int64_t lse_stride_b = 0, lse_stride_h = 0;
+  const int* cu_seqlens_q = nullptr;  // as in DecodeParams
+  int64_t total_q = 0;
 };
 
 // The append (with rotary) before attention: new k, v into the caches, and q rotated into a contiguous copy.

@@ -70,8 +70,9 @@ struct SplitMergeSmem {
 // Called by every thread of a split CTA after its partial O and LSE are stored. Returns at once in all but the
 // last CTA of the tile; that one writes out and lse of the tile's rows.
 template <class Element, class Tile>
-__device__ __forceinline__ void merge_splits_if_last(const DecodeParams& p, unsigned char* smem, int64_t b, int hkv,
-                                                     int row_tile, int row0, int rows_valid) {
+__device__ __forceinline__ void merge_splits_if_last(const DecodeParams& p, unsigned char* smem, int64_t b,
+                                                     int64_t q_first, int hkv, int row_tile, int row0,
+                                                     int rows_valid) {
   using Smem = SplitMergeSmem<Tile>;
   constexpr int kSplitsPerLane = detail::kMaxSplits / 32;
   constexpr int kQuads = Tile::kHeadDim / 4;  // 4-column pieces per row
@@ -156,11 +157,12 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeParams& p, unsi
     }
     if (!active || part != 0) continue;
     if (col < p.head_dim) {  // columns past d are a wider kernel's zero padding
-      Element* dst = static_cast<Element*>(p.out) + b * p.out_stride_b + to.i * p.out_stride_s +
+      Element* dst = static_cast<Element*>(p.out) + b * p.out_stride_b + (q_first + to.i) * p.out_stride_s +
                      to.h * p.out_stride_h + col;
       *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<Element>(acc.x, acc.y), pack2<Element>(acc.z, acc.w));
     }
-    if (col == 0 && p.lse != nullptr) p.lse[b * p.lse_stride_b + to.h * p.lse_stride_h + to.i] = s_lse[row];
+    if (col == 0 && p.lse != nullptr)
+      p.lse[b * p.lse_stride_b + to.h * p.lse_stride_h + q_first + to.i] = s_lse[row];
   }
 }
 
