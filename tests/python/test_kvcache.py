@@ -398,6 +398,34 @@ def test_varlen_with_block_table_mixing_query_counts(page_size, window):
     assert torch.equal(_mixed_paged_varlen(c, counts, 2, return_lse=False), out)
 
 
+def test_varlen_with_block_table_prefill_chunks_beside_decode_steps():
+    # A segment longer than LEFT_PAD_MAX_QUERIES (a prefill chunk): the offsets are read on the host and each query
+    # count runs as its own call; rows after the last segment as before.
+    counts = [20, 1, 0, 3, 1]
+    c = Case(5, 20, 4, 2, [17, 40, 3, 300, 2], page_size=16, dtype=torch.float16, causal=True, seed=9)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    assert max(counts) > flash4._paged_varlen.LEFT_PAD_MAX_QUERIES
+    out, lse = _mixed_paged_varlen(c, counts, extra_rows=2)
+    _check_mixed(c, counts, out, lse)
+
+
+def test_left_padded_mixed_counts_clamp_malformed_offsets():
+    # Device-resident offsets are not checked on the left-padded path: segments longer than max_seqlen_q, decreasing
+    # or past q read as in no sequence (out 0, lse -inf), and nothing raises or reads out of range.
+    c = Case(3, 4, 4, 2, [17, 40, 9], page_size=16, seed=10)
+    q = c.q.flatten(0, 1)[:10]
+    cu = torch.tensor([0, 7, 3, 99], dtype=torch.int32)  # segment 0: 7 > max 4; segment 1 decreasing; 2 past q
+    options = dict(softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, return_softmax_lse=True,
+                   learnable_sink=None)
+    out, lse = flash4._paged_varlen._left_padded(q, c.k_cache, c.v_cache, cu, 4, c.cache_seqlens, c.block_table,
+                                                 options)
+    assert out.shape == (10, 4, 64) and lse.shape == (4, 10)
+    assert torch.isfinite(out).all()
+    for rows in (slice(0, 7), slice(7, 10)):  # no row lies in a well-formed segment of at most 4
+        assert torch.equal(out[rows], torch.zeros_like(out[rows]))
+        assert torch.equal(lse[:, rows], torch.full_like(lse[:, rows], float("-inf")))
+
+
 def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():
     # total_q = batch * max_seqlen_q, yet the segments are 2 and 1 queries and the last row lies in no sequence:
     # CPU offsets are compared exactly, so this batch is not run as the uniform (batch, 2) view.
