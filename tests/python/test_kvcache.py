@@ -398,6 +398,18 @@ def test_varlen_with_block_table_mixing_query_counts(page_size, window):
     assert torch.equal(_mixed_paged_varlen(c, counts, 2, return_lse=False), out)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_with_block_table_mixed_counts_softcap_mqa(causal):
+    # The left-padded path without a causal mask (the padding rows then see every key, and are dropped), with
+    # softcap and MQA (8 query heads on one KV head); counts up to the 16-query limit.
+    counts = [16, 2, 7, 1]
+    c = Case(4, 16, 8, 1, [50, 16, 300, 1], page_size=16, dtype=torch.float16, causal=causal, softcap=20.0,
+             seed=11)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = _mixed_paged_varlen(c, counts, extra_rows=0)
+    _check_mixed(c, counts, out, lse)
+
+
 def test_varlen_with_block_table_prefill_chunks_beside_decode_steps():
     # A segment longer than LEFT_PAD_MAX_QUERIES (a prefill chunk): the offsets are read on the host and each query
     # count runs as its own call; rows after the last segment as before.
