@@ -1,5 +1,6 @@
 #include "common/host_tensor.h"
 
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -80,6 +81,12 @@ void HostTensor::drop_leading_dim() {
 std::vector<double> HostTensor::to_double() const { return reference::to_double(view_); }
 
 void HostTensor::assign(const std::vector<double>& values) { reference::from_double(values, view_); }
+
+std::vector<uint16_t> HostTensor::bits16() const {
+  std::vector<uint16_t> bits(static_cast<size_t>(numel()));
+  std::memcpy(bits.data(), view_.data, bits.size() * sizeof(uint16_t));
+  return bits;
+}
 
 void HostTensor::fill_normal(Rng& rng, double stddev) {
   std::vector<double> values(static_cast<size_t>(numel()));

@@ -43,6 +43,8 @@ class HostTensor {
   // Logical elements as fp64 (contiguous in the logical shape), and back with rounding to the dtype.
   std::vector<double> to_double() const;
   void assign(const std::vector<double>& values);
+  // The first numel() 16-bit elements of the storage (a contiguous bf16 / fp16 tensor), for bit-for-bit checks.
+  std::vector<uint16_t> bits16() const;
 
   // Fills with stddev * N(0, 1) rounded to the dtype.
   void fill_normal(Rng& rng, double stddev = 1.0);

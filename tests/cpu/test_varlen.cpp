@@ -201,12 +201,7 @@ TEST(CpuVarlenRows, EqualsPerSegmentDenseCallsBitForBit) {
   VarlenTensors t = make_varlen_tensors(s, rng, true);
   flash4::forward(t.forward_args(s));
   flash4::backward(t.backward_args(s));
-  const auto bits = [](const HostTensor& h) {
-    std::vector<uint16_t> b(static_cast<size_t>(h.numel()));
-    std::memcpy(b.data(), h.view().data, b.size() * 2);
-    return b;
-  };
-  const std::vector<uint16_t> out = bits(t.out), dq = bits(t.dq.value()), dk = bits(t.dk.value());
+  const std::vector<uint16_t> out = t.out.bits16(), dq = t.dq->bits16(), dk = t.dk->bits16();
   const int64_t d = s.head_dim;
   int64_t q0 = 0, k0 = 0;
   std::vector<double> dsink_sum(static_cast<size_t>(s.heads), 0.0);

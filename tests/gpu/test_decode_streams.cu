@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -78,12 +77,6 @@ struct ForwardCase : CallBuffers {
   }
 };
 
-std::vector<uint16_t> bits(const HostTensor& h) {
-  std::vector<uint16_t> b(static_cast<size_t>(h.numel()));
-  std::memcpy(b.data(), h.view().data, b.size() * 2);
-  return b;
-}
-
 TEST(DecodeStreams, ConcurrentSplitCallsMergeTheirOwnSplits) {
   FLASH4_REQUIRE_GPU();
   FLASH4_TEST_RNG(rng);
@@ -99,7 +92,7 @@ TEST(DecodeStreams, ConcurrentSplitCallsMergeTheirOwnSplits) {
     forward_kvcache(c->args(0), streams[0]);
     FLASH4_TEST_CUDA(cudaStreamSynchronize(streams[0]));
     FLASH4_TEST_CUDA(c->douts[0]->download());
-    expected.push_back(bits(c->outs[0]));
+    expected.push_back(c->outs[0].bits16());
   }
   // Then every call of every case, interleaved across the streams without waiting.
   for (int call = 1; call < kCalls; ++call)
@@ -108,7 +101,7 @@ TEST(DecodeStreams, ConcurrentSplitCallsMergeTheirOwnSplits) {
   for (size_t s = 0; s < cases.size(); ++s) {
     for (int call = 1; call < kCalls; ++call) {
       FLASH4_TEST_CUDA(cases[s]->douts[call]->download());
-      ASSERT_EQ(bits(cases[s]->outs[call]), expected[s]) << "stream " << s << " call " << call;
+      ASSERT_EQ(cases[s]->outs[call].bits16(), expected[s]) << "stream " << s << " call " << call;
     }
   }
   for (cudaStream_t st : streams) cudaStreamDestroy(st);
@@ -134,8 +127,8 @@ TEST(DecodeStreams, ForwardCallsBetweenSplitCallsKeepTheCountersZero) {
     FLASH4_TEST_CUDA(cudaStreamSynchronize(streams[0]));
     FLASH4_TEST_CUDA(decodes[s]->douts[0]->download());
     FLASH4_TEST_CUDA(forwards[s]->douts[0]->download());
-    expected_decode.push_back(bits(decodes[s]->outs[0]));
-    expected_forward.push_back(bits(forwards[s]->outs[0]));
+    expected_decode.push_back(decodes[s]->outs[0].bits16());
+    expected_forward.push_back(forwards[s]->outs[0].bits16());
   }
   for (int call = 1; call < kCalls; ++call) {
     for (size_t s = 0; s < decodes.size(); ++s) {
@@ -148,8 +141,8 @@ TEST(DecodeStreams, ForwardCallsBetweenSplitCallsKeepTheCountersZero) {
     for (int call = 1; call < kCalls; ++call) {
       FLASH4_TEST_CUDA(decodes[s]->douts[call]->download());
       FLASH4_TEST_CUDA(forwards[s]->douts[call]->download());
-      ASSERT_EQ(bits(decodes[s]->outs[call]), expected_decode[s]) << "decode, stream " << s << " call " << call;
-      ASSERT_EQ(bits(forwards[s]->outs[call]), expected_forward[s]) << "forward, stream " << s << " call " << call;
+      ASSERT_EQ(decodes[s]->outs[call].bits16(), expected_decode[s]) << "decode, stream " << s << " call " << call;
+      ASSERT_EQ(forwards[s]->outs[call].bits16(), expected_forward[s]) << "forward, stream " << s << " call " << call;
     }
   }
   for (cudaStream_t st : streams) cudaStreamDestroy(st);

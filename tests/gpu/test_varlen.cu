@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -158,12 +157,6 @@ TEST(VarlenGpuLarge, ManyShortSegments) {
   run_backward(s);
 }
 
-std::vector<uint16_t> bits(const HostTensor& h) {
-  std::vector<uint16_t> b(static_cast<size_t>(h.numel()));
-  std::memcpy(b.data(), h.view().data, b.size() * 2);
-  return b;
-}
-
 // Deterministic mode: a packed call equals the per-sequence dense calls bit for bit (out, dq, dk, dv). Every
 // segment has more than 16 queries: a dense call with fewer runs the split-KV decode kernel (another summation
 // order), which the KV-cache tests judge.
@@ -182,7 +175,7 @@ TEST(VarlenGpuDeterminism, EqualsPerSequenceDenseCalls) {
   backward(dev.backward_args(s, t));
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   for (HostTensor* h : {&t.out, &*t.dq, &*t.dk}) FLASH4_TEST_CUDA(dev.download(*h));
-  const std::vector<uint16_t> out = bits(t.out), dq = bits(*t.dq), dk = bits(*t.dk);
+  const std::vector<uint16_t> out = t.out.bits16(), dq = t.dq->bits16(), dk = t.dk->bits16();
   const int64_t d = s.head_dim;
   int64_t q0 = 0, k0 = 0;
   for (int64_t b = 0; b < s.batch(); ++b) {
@@ -222,7 +215,7 @@ TEST(VarlenGpuDeterminism, EqualsPerSequenceDenseCalls) {
     backward(g);
     FLASH4_TEST_CUDA(cudaDeviceSynchronize());
     for (HostTensor* h : {&u.out, &*u.dq, &*u.dk}) FLASH4_TEST_CUDA(udev.download(*h));
-    const std::vector<uint16_t> uo = bits(u.out), udq = bits(*u.dq), udk = bits(*u.dk);
+    const std::vector<uint16_t> uo = u.out.bits16(), udq = u.dq->bits16(), udk = u.dk->bits16();
     for (size_t i = 0; i < uo.size(); ++i) ASSERT_EQ(uo[i], out[q0 * s.heads * d + i]) << "out, segment " << b;
     for (size_t i = 0; i < udq.size(); ++i) ASSERT_EQ(udq[i], dq[q0 * s.heads * d + i]) << "dq, segment " << b;
     for (size_t i = 0; i < udk.size(); ++i) ASSERT_EQ(udk[i], dk[k0 * s.heads_kv * d + i]) << "dk, segment " << b;
@@ -295,14 +288,10 @@ TEST(VarlenGpuClamping, CorruptDeviceOffsetsStayInBounds) {
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
   for (HostTensor* h : {&t.out, &*t.dq, &*t.dk, &*t.dv}) {
     FLASH4_TEST_CUDA(dev.download(*h));
-    const uint16_t* p = static_cast<const uint16_t*>(h->data());
-    for (int64_t i = total * heads * d; i < (total + guard) * heads * d; ++i)
-      ASSERT_EQ(p[i], 0x7fc0u) << "element " << i << " past the tensor was written";
+    ASSERT_NO_FATAL_FAILURE(expect_guard_rows_untouched(*h, total, guard, heads * d));
   }
   FLASH4_TEST_CUDA(dev.download(t.lse));
-  const float* lse = static_cast<const float*>(t.lse.data());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = total; i < total + guard; ++i) ASSERT_TRUE(std::isnan(lse[h * (total + guard) + i])) << i;
+  ASSERT_NO_FATAL_FAILURE(expect_guard_lse_untouched(t.lse, heads, total, guard));
 }
 
 // The packed forward and backward read the sequence offsets on the device (no host synchronisation), so a

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -115,6 +116,20 @@ inline void run_backward(const VarlenSpec& s) {
   for (HostTensor* h : {&*t.dq, &*t.dk, &*t.dv}) FLASH4_TEST_CUDA(dev.download(*h));
   if (t.dsink) FLASH4_TEST_CUDA(dev.download(*t.dsink));
   EXPECT_TRUE(check_varlen_backward(s, t));
+}
+
+// The `guard` rows a packed call was not shown (past the `total` rows of its views, of the downloaded buffers'
+// total + guard): a 16-bit tensor's rows of `row_elements` still hold the poison (0x7fc0), and an LSE (heads,
+// total + guard) still NaN. Callers wrap these in ASSERT_NO_FATAL_FAILURE.
+inline void expect_guard_rows_untouched(const HostTensor& h, int64_t total, int64_t guard, int64_t row_elements) {
+  const std::vector<uint16_t> bits = h.bits16();
+  for (int64_t i = total * row_elements; i < (total + guard) * row_elements; ++i)
+    ASSERT_EQ(bits[i], 0x7fc0u) << "element " << i << " past the tensor was written";
+}
+inline void expect_guard_lse_untouched(const HostTensor& lse, int64_t heads, int64_t total, int64_t guard) {
+  const float* values = static_cast<const float*>(lse.view().data);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = total; i < total + guard; ++i) ASSERT_TRUE(std::isnan(values[h * (total + guard) + i])) << i;
 }
 
 template <class Change>
