@@ -105,10 +105,9 @@ def _left_padded(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, opti
 
     total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
     slots = batch * max_seqlen_q
-    out = q.new_zeros(total_q, heads, v.shape[-1])
-    lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
     if slots == 0 or total_q == 0:
-        return out, lse
+        return (q.new_zeros(total_q, heads, v.shape[-1]),
+                torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device))
     cu = cu_seqlens_q.to(device=q.device, dtype=torch.int64)
     rows = torch.arange(total_q, device=q.device)
     seq = torch.searchsorted(cu[1:], rows, right=True).clamp_(max=batch - 1)  # the segment holding each row
@@ -121,9 +120,9 @@ def _left_padded(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, opti
     part, part_lse = flash_attn_with_kvcache(q_padded[:slots].unflatten(0, (batch, max_seqlen_q)), k, v,
                                              cache_seqlens=lengths, block_table=block_table, **options)
     take = torch.where(valid, slot, 0)
-    out = torch.where(valid[:, None, None], part.flatten(0, 1).index_select(0, take), out)
+    out = torch.where(valid[:, None, None], part.flatten(0, 1).index_select(0, take), 0.0)
     part_lse = part_lse.transpose(0, 1).reshape(heads, slots)  # (heads, batch * max_seqlen_q)
-    lse = torch.where(valid[None, :], part_lse.index_select(1, take), lse)
+    lse = torch.where(valid[None, :], part_lse.index_select(1, take), float("-inf"))
     return out, lse
 
 
