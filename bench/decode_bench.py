@@ -1,8 +1,9 @@
 """Decode (one query token against a KV cache) in ONE process: flash4.flash_attn_with_kvcache (contiguous and
 paged caches), flash4.flash_attn_func (its decode route), flash4.flash_attn_varlen_func on a paged cache
-(block_table, one query per sequence: a serving engine's decode call), cuDNN SDPA, and FlashAttention-4's
-flash_attn_func (`from flash_attn.cute import flash_attn_func`) when importable; the rows of issue #19 (GQA 32/8,
-head_dim 128, bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls
+(block_table, one query per sequence: a serving engine's decode call; `_mixed`: 1-4 queries per sequence, a
+speculative verify step, through the packed-query call and, `_mixed_split`, one call per query count), cuDNN SDPA,
+and FlashAttention-4's flash_attn_func (`from flash_attn.cute import flash_attn_func`) when importable; the rows
+of issue #19 (GQA 32/8, head_dim 128, bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls
 (us), the KV read bandwidth (TB/s), the median single synchronized call (us) and the median CUDA-graph replay of
 one captured call (us_graph: kernel time without the host's per-call cost, the way a serving loop that captures its
 decode step runs). Cache copies are rotated so that the working set exceeds L2."""
@@ -18,6 +19,8 @@ from sdpa_bench import median_ms, single_call_ms  # noqa: E402
 ROWS = ((1, 8192), (1, 65536), (1, 131072), (8, 8192), (8, 32768), (32, 16384), (64, 4096), (128, 2048))
 IMPLS = ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16", "flash4_func",
          "flash4_varlen_paged256", "cudnn", "fa4")
+# Also on request: flash4_kvcache_paged16_ordered (pages of 16 in table order: the shuffle's cost),
+# flash4_varlen_paged256_mixed and flash4_varlen_paged256_mixed_split.
 
 
 def make_impls(names, log):
@@ -31,7 +34,8 @@ def make_impls(names, log):
 
             def kvcache(q, k, v, seqlens, table, page):
                 return flash4.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, block_table=table)
-            for n in ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16"):
+            for n in ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16",
+                      "flash4_kvcache_paged16_ordered"):
                 fns[n] = kvcache
             fns["flash4_func"] = lambda q, k, v, seqlens, table, page: flash4.flash_attn_func(q, k, v)
 
@@ -45,6 +49,28 @@ def make_impls(names, log):
                 return flash4.flash_attn_varlen_func(q.flatten(0, 1), k, v, cu_q, None, 1, k.shape[1] * table.shape[1],
                                                      seqused_k=seqlens, block_table=table)
             fns["flash4_varlen_paged256"] = varlen_paged
+
+            mixed = {}  # per batch: q of 1, 2, 3, 4, 1, ... queries a sequence and its offsets, built once
+
+            def varlen_mixed(q, k, v, seqlens, table, page, split=False):
+                from flash4 import _paged_varlen
+                batch = q.shape[0]
+                if batch not in mixed:
+                    counts = torch.arange(batch, device=q.device) % 4 + 1
+                    cu_q = torch.zeros(batch + 1, dtype=torch.int32, device=q.device)
+                    cu_q[1:] = counts.cumsum(0)
+                    mixed[batch] = (torch.randn(int(counts.sum()), q.shape[2], q.shape[3], dtype=q.dtype,
+                                                device=q.device), cu_q)
+                qm, cu_q = mixed[batch]
+                limit = _paged_varlen.PACKED_MAX_QUERIES
+                _paged_varlen.PACKED_MAX_QUERIES = 0 if split else limit
+                try:
+                    return flash4.flash_attn_varlen_func(qm, k, v, cu_q, None, 4, k.shape[1] * table.shape[1],
+                                                         seqused_k=seqlens, block_table=table, causal=True)
+                finally:
+                    _paged_varlen.PACKED_MAX_QUERIES = limit
+            fns["flash4_varlen_paged256_mixed"] = varlen_mixed
+            fns["flash4_varlen_paged256_mixed_split"] = lambda *a: varlen_mixed(*a, split=True)
         except Exception as e:
             log(f"flash4 left out: {type(e).__name__}: {e}")
     if "cudnn" in names:
@@ -70,11 +96,12 @@ def make_impls(names, log):
 
 
 def page_of(name):
-    return 256 if name.endswith("paged256") else 16 if name.endswith("paged16") else 0
+    return 256 if "paged256" in name else 16 if "paged16" in name else 0
 
 
-def inputs(batch, seqlen, page, sets, device="cuda"):
-    """`sets` copies of (q, k_cache, v_cache, cache_seqlens, block_table); paged pools hold shuffled pages."""
+def inputs(batch, seqlen, page, sets, device="cuda", ordered=False):
+    """`sets` copies of (q, k_cache, v_cache, cache_seqlens, block_table); paged pools hold shuffled pages (in
+    table order if `ordered`)."""
     import torch
     out = []
     for _ in range(sets):
@@ -83,7 +110,8 @@ def inputs(batch, seqlen, page, sets, device="cuda"):
             pages = batch * seqlen // page
             k = torch.randn(pages, page, 8, 128, dtype=torch.bfloat16, device=device)
             v = torch.randn_like(k)
-            table = torch.randperm(pages, device=device, dtype=torch.int32).reshape(batch, seqlen // page)
+            order = torch.arange if ordered else torch.randperm
+            table = order(pages, device=device, dtype=torch.int32).reshape(batch, seqlen // page)
         else:
             k = torch.randn(batch, seqlen, 8, 128, dtype=torch.bfloat16, device=device)
             v = torch.randn_like(k)
@@ -126,7 +154,7 @@ def main():
         sets = max(1, (200 << 20) // kv_bytes + 1)
         for name, fn in fns.items():
             page = page_of(name)
-            data = inputs(batch, seqlen, page, sets)
+            data = inputs(batch, seqlen, page, sets, ordered=name.endswith("_ordered"))
             run = lambda i: fn(*data[i], page)  # noqa: E731
             try:
                 ms = median_ms(run, args.iters, sets, args.warm_ms)

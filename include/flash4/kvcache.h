@@ -23,6 +23,14 @@
 //                     windowed, else all at cache_seqlens[b]. rotary_interleaved: pairs (0, 1), (2, 3), ... ; else
 //                     (GPT-NeoX) pairs (i, i + rotary_dim / 2). The rotated q and k are rounded to the dtype.
 //   lse               (batch, heads, seqlen_q) fp32, optional. learnable_sink fp32 (heads), optional (flash4/api.h).
+//   cu_seqlens_q      int32 (batch + 1), optional (FlashAttention-3's): packed queries of different counts per
+//                     sequence (decode beside speculative verify steps). q and out are then (total_q, heads,
+//                     head_dim), lse (heads, total_q); sequence b's queries are rows cu_seqlens_q[b] ..
+//                     cu_seqlens_q[b + 1] - 1, at most max_seqlen_q of them (none is fine), and they are its last
+//                     positions (causal: bottom-right per sequence). batch = cu_seqlens_q.shape[0] - 1 sizes the
+//                     index tensors. Rows in no segment get out 0 and lse -inf. Not with k, v (nothing is
+//                     appended in such a call) nor rotary. The GPU runs it on the decode kernel for any count;
+//                     it is made for counts up to 16 (the dense kernel takes longer uniform chunks).
 //
 // Masks are those of flash4/api.h inside each sequence with seqlen_k = its keys after the append: causal is
 // aligned bottom-right (the new queries are the last positions), the window is relative to that diagonal. A
@@ -31,7 +39,9 @@
 //
 // Host-resident index tensors (CPU) are checked exactly: cache_seqlens[b] + seqlen_new within the cache (the
 // sequence's pages), cache_batch_idx in [0, batch_cache), cache_leftpad[b] in [0, cache_seqlens[b]], the
-// block_table entries a sequence uses in [0, num_pages), rotary positions < seqlen_ro. Device-resident ones cannot be read without a synchronisation:
+// block_table entries a sequence uses in [0, num_pages), rotary positions < seqlen_ro, cu_seqlens_q from 0, non-
+// decreasing, segments of at most max_seqlen_q, ending at most at total_q. Device-resident ones cannot be read
+// without a synchronisation:
 // they are clamped into those ranges, so bad values give wrong results but never an access outside the tensors.
 //
 // num_splits: the keys of each (sequence, head) are split into this many parts computed independently (partial
@@ -56,6 +66,8 @@ struct KvCacheArgs {
   TensorView out;
   TensorView lse;                     // optional
   TensorView learnable_sink;          // optional fp32 (heads)
+  TensorView cu_seqlens_q;            // optional int32 (batch + 1): packed queries (q, out rank 3, lse rank 2)
+  int64_t max_seqlen_q = 0;           // with cu_seqlens_q: the most queries a sequence has
   float softmax_scale = 0.0f;         // 0 means 1/sqrt(head_dim)
   bool causal = false;
   int window_left = -1;               // -1 = unbounded

@@ -219,8 +219,8 @@ def flash_attn_varlen_func(
     flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
     block_table (int32 (batch, max_pages)): flash-attn 2's paged k, v (num_pages, page_size, heads_kv, head_dim),
     forward only; cu_seqlens_k or seqused_k gives the keys per sequence (flash_attn_with_kvcache's problem). Batches
-    mixing query counts run left-padded in one call while max_seqlen_q <= 16 (speculative verify steps beside
-    decode); with longer segments (prefill chunks beside decode steps) they read cu_seqlens_q on the host once.
+    mixing query counts run as one call with packed queries while max_seqlen_q <= 16 (speculative verify steps
+    beside decode); with longer segments (prefill chunks beside decode steps) they read cu_seqlens_q on the host once.
     CPU offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1
     to check them on the host too (check_varlen_offsets).
     """

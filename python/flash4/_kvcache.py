@@ -40,6 +40,8 @@ def flash_attn_with_kvcache(
     return_softmax_lse=False,
     *,
     learnable_sink=None,
+    cu_seqlens_q=None,
+    max_seqlen_q=None,
 ):
     """Attention of new queries to a key/value cache, flash-attn's flash_attn_with_kvcache (forward only).
 
@@ -62,15 +64,31 @@ def flash_attn_with_kvcache(
     to 256, sm_90) run the split-KV decode kernel, or the dense forward kernel for chunked prefill, without a
     host synchronisation (CUDA-graph capturable); other GPU configurations raise NotImplementedError with the
     reason.
+
+    cu_seqlens_q (int32 (batch + 1,), FlashAttention-3's) with max_seqlen_q: packed queries, a different count per
+    sequence (decode beside speculative verify steps): q (total_q, heads, head_dim), sequence b's queries rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (its last positions), at most max_seqlen_q each; out like q, lse
+    (heads, total_q); rows in no segment get 0 / -inf. Not with k, v or rotary. Offsets on the GPU are not read
+    on the host (clamped), so the call stays graph-capturable.
     """
     refuse_unimplemented(alibi_slopes=alibi_slopes)
     if not _is_torch_tensor(q):
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")
-    if q.dim() != 4:  # the outputs are allocated from q's shape before the library sees it
+    packed = cu_seqlens_q is not None
+    if packed:  # the outputs are allocated from q's shape before the library sees it
+        if q.dim() != 3:
+            raise ValueError(f"with cu_seqlens_q, q must have 3 dimensions (total_q, heads, head_dim), got shape "
+                             f"{tuple(q.shape)}")
+        if max_seqlen_q is None:
+            raise ValueError("cu_seqlens_q is set but max_seqlen_q is not; give the most queries a sequence has")
+        max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
+    elif q.dim() != 4:
         raise ValueError(f"q must have 4 dimensions (batch, seqlen_q, heads, head_dim), got shape {tuple(q.shape)}")
+    elif max_seqlen_q is not None:
+        raise ValueError("max_seqlen_q is set but cu_seqlens_q is not; it only bounds packed queries")
     _checks.arrays(allow_meta=True, q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos,
                    rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx, block_table=block_table,
-                   cache_leftpad=cache_leftpad)
+                   cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q)
     torch_side = _torch_side()
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     # The library's range check names num_splits; here only its type (and the binding's int range).
@@ -92,10 +110,13 @@ def flash_attn_with_kvcache(
         block_table = int32_indices(block_table, "block_table")
     if cache_leftpad is not None:
         cache_leftpad = int32_indices(cache_leftpad, "cache_leftpad")
+    if packed:
+        cu_seqlens_q = int32_indices(cu_seqlens_q, "cu_seqlens_q")
     # The sink in float32, as flash_attn_func takes it (a bf16 / fp16 parameter is cast).
     if learnable_sink is not None:
         learnable_sink = torch_side.sink_tensor(learnable_sink)
     out, lse = torch_side.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
-        cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits)
+        cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits,
+        cu_seqlens_q, max_seqlen_q if packed else 0)
     return (out, lse) if return_softmax_lse else out

@@ -2,18 +2,21 @@
 decode steps and chunked prefill): sequence b's keys are in the pages of block_table's row b, as many as its
 cu_seqlens_k segment (or seqused_k[b]). A batch whose segments all hold max_seqlen_q queries is
 flash_attn_with_kvcache's problem on the (batch, max_seqlen_q) view of q, without a host synchronisation. A batch
-mixing query counts of at most LEFT_PAD_MAX_QUERIES (decode beside speculative verify steps) runs as one such call
-on q left-padded to (batch, max_seqlen_q), also without a synchronisation; one with longer segments (prefill
-chunks beside decode steps) reads cu_seqlens_q on the host once and runs one flash_attn_with_kvcache call per
-distinct query count on those sequences' rows. Forward only, as a paged cache is in flash-attn."""
+mixing query counts of at most PACKED_MAX_QUERIES (decode beside speculative verify steps) runs as one
+flash_attn_with_kvcache call on the packed q with cu_seqlens_q, also without a synchronisation (the decode kernel
+reads each sequence's queries from the offsets on the device); one with longer segments (prefill chunks beside
+decode steps) reads cu_seqlens_q on the host once and runs one flash_attn_with_kvcache call per distinct query
+count on those sequences' rows, where the dense kernel takes the long ones. Forward only, as a paged cache is in
+flash-attn."""
 
 import types
 
 from ._offsets import check_varlen_offsets, offsets_check_requested
 
-# Query counts up to which a mixed batch is left-padded into one call: the decode kernel's cost is its key reads,
-# which padding rows do not add to, and 16 is the most queries a sequence it takes.
-LEFT_PAD_MAX_QUERIES = 16
+# Query counts up to which a mixed batch runs as one packed-query call: the decode kernel's cost is its key reads
+# up to 16 queries a sequence (the dense forward's decode route takes the same bound); longer chunks run faster on
+# the dense kernel, one call per count.
+PACKED_MAX_QUERIES = 16
 
 
 def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
@@ -71,18 +74,17 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                    return_softmax_lse=True, learnable_sink=learnable_sink)
     lengths_from = "seqused_k" if seqused_k is not None else "cu_seqlens_k's segment lengths"
-    padded = not uniform and max_seqlen_q <= LEFT_PAD_MAX_QUERIES
-    if padded and cu_seqlens_q.device.type == "cpu":
-        _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # host offsets are checked (no synchronisation)
-    starts = None if uniform or padded else _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # synchronizes
+    packed = not uniform and max_seqlen_q <= PACKED_MAX_QUERIES
+    starts = None if uniform or packed else _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # synchronizes
     try:
         if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
             out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
                                                block_table=block_table, **options)
             out = out.flatten(0, 1)
             lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
-        elif padded:
-            out, lse = _left_padded(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options)
+        elif packed:  # host offsets are checked by the library, device ones clamped
+            out, lse = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=block_table,
+                                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **options)
         else:
             out, lse = _mixed_query_counts(q, k, v, starts, lengths, block_table, options)
     except (ValueError, TypeError) as e:  # the KV-cache call's names, told in this call's terms
@@ -90,40 +92,6 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise kind(f"{e} (flash_attn_varlen_func with block_table runs flash_attn_with_kvcache with k_cache = "
                       f"k, v_cache = v and cache_seqlens = {lengths_from})") from None
     return (out, lse) if want_lse else out
-
-
-def _left_padded(q, k, v, cu_seqlens_q, max_seqlen_q, lengths, block_table, options):
-    """A batch mixing query counts of at most max_seqlen_q, its offsets left on the device: sequence b's n queries
-    go to the last n rows of its max_seqlen_q-row block of a zero-padded q, where the bottom-right causal diagonal
-    and window fall on the same keys as for n queries alone, one flash_attn_with_kvcache call runs the blocks, and
-    the padding rows' results are dropped. Offsets are clamped rather than checked: a row that lies in no segment of
-    at most max_seqlen_q queries (after the last one, or malformed offsets) gets out 0 and lse -inf, as in a packed
-    call."""
-    import torch
-
-    from ._kvcache import flash_attn_with_kvcache
-
-    total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
-    slots = batch * max_seqlen_q
-    if slots == 0 or total_q == 0:
-        return (q.new_zeros(total_q, heads, v.shape[-1]),
-                torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device))
-    cu = cu_seqlens_q.to(device=q.device, dtype=torch.int64)
-    rows = torch.arange(total_q, device=q.device)
-    seq = torch.searchsorted(cu[1:], rows, right=True).clamp_(max=batch - 1)  # the segment holding each row
-    start, end = cu[seq], cu[seq + 1]
-    valid = (rows >= start) & (rows < end) & (end - start <= max_seqlen_q)
-    pos = max_seqlen_q - (end - start) + (rows - start)  # a valid row's place in its sequence's block
-    # Rows in no block are copied to spare rows of their own past the blocks (no index repeats), never read.
-    slot = torch.where(valid, seq * max_seqlen_q + pos, slots + rows)
-    q_padded = q.new_zeros(slots + total_q, heads, q.shape[2]).index_copy_(0, slot, q)
-    part, part_lse = flash_attn_with_kvcache(q_padded[:slots].unflatten(0, (batch, max_seqlen_q)), k, v,
-                                             cache_seqlens=lengths, block_table=block_table, **options)
-    take = torch.where(valid, slot, 0)
-    out = torch.where(valid[:, None, None], part.flatten(0, 1).index_select(0, take), 0.0)
-    part_lse = part_lse.transpose(0, 1).reshape(heads, slots)  # (heads, batch * max_seqlen_q)
-    lse = torch.where(valid[None, :], part_lse.index_select(1, take), float("-inf"))
-    return out, lse
 
 
 def _mixed_query_counts(q, k, v, starts, lengths, block_table, options):

@@ -20,7 +20,7 @@ def _dl(t):
 
 def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen, cache_batch_idx,
                 block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left, window_right,
-                softcap, rotary_interleaved, num_splits):
+                softcap, rotary_interleaved, num_splits, cu_seqlens_q=None, max_seqlen_q=0):
     """The call itself: out, lse. Eager callers use it directly (the custom op's dispatch costs host time on
     every decode step) and bump the caches' versions when they append, as the op's mutates_args would."""
     # Inputs need a unit stride in the last dimension, and on the GPU 16-byte aligned rows (copied where they
@@ -35,16 +35,22 @@ def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens
         rotary_cos = _last_dim_contiguous(rotary_cos)
     if rotary_sin is not None:
         rotary_sin = _last_dim_contiguous(rotary_sin)
-    cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink = [
+    cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink, cu_seqlens_q = [
         None if t is None else t.contiguous()
-        for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink)]
+        for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink, cu_seqlens_q)]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
                        _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
                        _dl(cache_leftpad), to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal,
-                       window_left, window_right, softcap, rotary_interleaved, num_splits, _stream(q))
+                       window_left, window_right, softcap, rotary_interleaved, num_splits, _stream(q),
+                       _dl(cu_seqlens_q), max_seqlen_q)
     return out, lse
+
+
+def _lse_shape(q, cu_seqlens_q):
+    """(batch, heads, seqlen_q), or (heads, total_q) for packed queries."""
+    return (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
 
 
 @torch.library.custom_op("flash4::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -69,15 +75,19 @@ def fwd_kvcache(
     softcap: float,
     rotary_interleaved: bool,
     num_splits: int,
+    cu_seqlens_q: Optional[Tensor] = None,
+    max_seqlen_q: int = 0,
 ) -> tuple[Tensor, Tensor]:
     return run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
                        cache_batch_idx, block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left,
-                       window_right, softcap, rotary_interleaved, num_splits)
+                       window_right, softcap, rotary_interleaved, num_splits, cu_seqlens_q, max_seqlen_q)
 
 
-# The tensor arguments of flash4::fwd_kvcache, first in its order; the last four after a gap (cache_seqlen).
+# The tensor arguments of flash4::fwd_kvcache, first in its order; four after a gap (cache_seqlen); cu_seqlens_q
+# after the scalars.
 _TENSOR_ARGUMENTS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", None,
                      "cache_batch_idx", "block_table", "cache_leftpad", "learnable_sink")
+_CU_SEQLENS_Q = 20  # its position
 
 
 def call(*args):
@@ -85,7 +95,8 @@ def call(*args):
     and for inputs that require grad (the op's autograd then says it has no backward); the plain call otherwise,
     with the version bump of the caches an append makes."""
     q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
-    if (through_custom_op(**dict(zip(_TENSOR_ARGUMENTS[:8], args[:8])), **dict(zip(_TENSOR_ARGUMENTS[9:], args[9:13])))
+    if (through_custom_op(**dict(zip(_TENSOR_ARGUMENTS[:8], args[:8])), **dict(zip(_TENSOR_ARGUMENTS[9:], args[9:13])),
+                          cu_seqlens_q=args[_CU_SEQLENS_Q] if len(args) > _CU_SEQLENS_Q else None)
             or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]))):
         return fwd_kvcache(*args)
     out_lse = run_kvcache(*args)
@@ -97,7 +108,7 @@ def call(*args):
 @fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
                       cache_batch_idx, block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left,
-                      window_right, softcap, rotary_interleaved, num_splits):
+                      window_right, softcap, rotary_interleaved, num_splits, cu_seqlens_q=None, max_seqlen_q=0):
     out = q.new_empty(q.shape)
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse

@@ -34,12 +34,16 @@ struct KvCacheInputs {
   OutArray out;
   std::optional<OutArray> lse;
   Opt learnable_sink;
+  Opt cu_seqlens_q;  // packed queries: q, out (total_q, heads, head_dim), lse (heads, total_q)
+  int64_t max_seqlen_q;
 };
 
 KvCacheArgs make_args(const KvCacheInputs& in, float softmax_scale, bool causal, int window_left, int window_right,
                       float softcap, bool rotary_interleaved, int num_splits) {
   KvCacheArgs a;
-  a.q = to_view(in.q, "q", kAttentionRank);
+  const bool packed = in.cu_seqlens_q.has_value();
+  const int q_rank = packed ? kPackedAttentionRank : kAttentionRank;
+  a.q = to_view(in.q, "q", q_rank);
   a.k_cache = to_view(in.k_cache, "k_cache", kAttentionRank);
   a.v_cache = to_view(in.v_cache, "v_cache", kAttentionRank);
   const std::pair<const Opt*, std::pair<TensorView*, std::pair<const char*, int>>> optional[] = {
@@ -57,8 +61,14 @@ KvCacheArgs make_args(const KvCacheInputs& in, float softmax_scale, bool causal,
   if (in.block_table.has_value())
     a.block_table = to_matrix_view(*in.block_table, "block_table", "(batch, max_pages)", /*index=*/true);
   a.cache_seqlen = in.cache_seqlen;
-  a.out = to_view(in.out, "out", kAttentionRank);
-  if (in.lse.has_value()) a.lse = to_view(*in.lse, "lse", kLseRank);
+  a.out = to_view(in.out, "out", q_rank);
+  if (in.lse.has_value()) a.lse = to_view(*in.lse, "lse", packed ? kPackedLseRank : kLseRank);
+  if (packed) {
+    if (in.cu_seqlens_q->size() == 0)  // an empty view would read as absent: a packed call turned dense
+      throw nb::value_error("cu_seqlens_q has no elements; it must hold batch + 1 offsets starting with 0");
+    a.cu_seqlens_q = to_view(*in.cu_seqlens_q, "cu_seqlens_q", kVectorRank);
+  }
+  a.max_seqlen_q = in.max_seqlen_q;
   a.softmax_scale = softmax_scale;
   a.causal = causal;
   a.window_left = window_left;
@@ -78,7 +88,8 @@ void bind_kvcache(nb::module_& m) {
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
          Opt cache_leftpad,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
-         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, uintptr_t stream) {
+         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, uintptr_t stream,
+         Opt cu_seqlens_q, int64_t max_seqlen_q) {
         const KvCacheInputs in{q,
                                k_cache,
                                v_cache,
@@ -93,7 +104,9 @@ void bind_kvcache(nb::module_& m) {
                                std::move(cache_leftpad),
                                out,
                                std::move(lse),
-                               std::move(learnable_sink)};
+                               std::move(learnable_sink),
+                               std::move(cu_seqlens_q),
+                               max_seqlen_q};
         const KvCacheArgs a =
             make_args(in, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits);
         nb::gil_scoped_release no_gil;
@@ -103,7 +116,8 @@ void bind_kvcache(nb::module_& m) {
       "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(),
       "cache_leftpad"_a.none(), "out"_a,
       "lse"_a.none(), "learnable_sink"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a, "window_right"_a,
-      "softcap"_a, "rotary_interleaved"_a, "num_splits"_a, "stream"_a = 0,
+      "softcap"_a, "rotary_interleaved"_a, "num_splits"_a, "stream"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
+      "max_seqlen_q"_a = 0,
       "KV-cache attention into preallocated out (and lse, or None); appends k, v to the caches in place.");
   m.def(
       "can_implement_kvcache",
@@ -111,7 +125,8 @@ void bind_kvcache(nb::module_& m) {
          Opt rotary_sin, Opt cache_seqlens, int64_t cache_seqlen, Opt cache_batch_idx, Opt block_table,
          Opt cache_leftpad,
          const OutArray& out, std::optional<OutArray> lse, Opt learnable_sink, float softmax_scale, bool causal,
-         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits) {
+         int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits,
+         Opt cu_seqlens_q, int64_t max_seqlen_q) {
         const KvCacheInputs in{q,
                                k_cache,
                                v_cache,
@@ -126,7 +141,9 @@ void bind_kvcache(nb::module_& m) {
                                std::move(cache_leftpad),
                                out,
                                std::move(lse),
-                               std::move(learnable_sink)};
+                               std::move(learnable_sink),
+                               std::move(cu_seqlens_q),
+                               max_seqlen_q};
         const Support s = flash4::can_implement(
             make_args(in, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits));
         return std::pair<bool, std::string>{s.ok, s.reason};
@@ -135,7 +152,7 @@ void bind_kvcache(nb::module_& m) {
       "cache_seqlens"_a.none(), "cache_seqlen"_a, "cache_batch_idx"_a.none(), "block_table"_a.none(),
       "cache_leftpad"_a.none(), "out"_a,
       "lse"_a.none(), "learnable_sink"_a.none(), "softmax_scale"_a, "causal"_a, "window_left"_a, "window_right"_a,
-      "softcap"_a, "rotary_interleaved"_a, "num_splits"_a,
+      "softcap"_a, "rotary_interleaved"_a, "num_splits"_a, "cu_seqlens_q"_a.none() = nb::none(), "max_seqlen_q"_a = 0,
       "(ok, reason): whether the tensors' device can run this KV-cache call; raises on invalid arguments.");
 }
 

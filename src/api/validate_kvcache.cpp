@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "api/checker.h"
 #include "api/kvcache_backends.h"
+#include "api/validate_sequences.h"
 #include "common/split_kv.h"
 
 namespace flash4::detail {
@@ -20,6 +22,9 @@ constexpr int64_t kMaxHeadDim = 256;  // the CPU path's rule for every entry poi
 constexpr int64_t kHeadDimMultiple = 8;
 
 constexpr const char* kQDims[4] = {"batch", "seqlen_q", "heads", "head_dim"};
+constexpr const char* kPackedQDims[3] = {"total_q", "heads", "head_dim"};
+constexpr const char* kPackedLseDims[2] = {"heads", "total_q"};
+constexpr const char* kOffsetDims[1] = {"batch + 1"};
 constexpr const char* kCacheDims[4] = {"batch_cache", "seqlen_cache", "heads_kv", "head_dim"};
 constexpr const char* kPagedCacheDims[4] = {"num_pages", "page_size", "heads_kv", "head_dim"};
 constexpr const char* kNewDims[4] = {"batch", "seqlen_new", "heads_kv", "head_dim"};
@@ -29,6 +34,17 @@ constexpr const char* kLseDims[3] = {"batch", "heads", "seqlen_q"};
 constexpr const char* kVectorDims[1] = {"n"};
 
 bool host(const TensorView& t) { return t.device.kind == DeviceKind::kCpu; }
+
+// q's dimension `what` ("heads" or "head_dim", dims 2 and 3 of a (batch, seqlen_q, ...) q) as messages name it.
+std::string q_dim(const KvCacheArgs& a, const char* what) {
+  const int dense = std::string(what) == "heads" ? 2 : 3;
+  return "q.shape[" + to_string(present(a.cu_seqlens_q) ? dense - 1 : dense) + "] (" + what + ")";
+}
+
+// Where the batch size comes from, for messages: q's first dimension, or the packed queries' offsets.
+std::string batch_source(const KvCacheArgs& a) {
+  return present(a.cu_seqlens_q) ? "cu_seqlens_q.shape[0] - 1" : "q.shape[0]";
+}
 
 void check_like(const Checker& c, const TensorView& t, const char* name, const TensorView& like,
                 const char* like_name) {
@@ -45,20 +61,65 @@ void check_dim(const Checker& c, const TensorView& t, const char* name, int i, c
                      " (" + why + ")");
 }
 
-// An optional int32 (n) index vector on q's device.
-void check_index_vector(const Checker& c, const TensorView& t, const char* name, int64_t n, const TensorView& q) {
+// An optional int32 (n) index vector on q's device, one entry per sequence.
+void check_index_vector(const Checker& c, const TensorView& t, const char* name, int64_t n, const KvCacheArgs& a) {
   check_tensor(c, t, name, 1, kVectorDims);
   FLASH4_REQUIRE(c, t.dtype == DType::kInt32,
                  std::string(name) + ".dtype is " + dtype_name(t.dtype) + " but must be int32");
-  check_same_device(c, t, name, q, "q");
-  check_dim(c, t, name, 0, kVectorDims, n, "one entry per sequence: q.shape[0]");
+  check_same_device(c, t, name, a.q, "q");
+  check_dim(c, t, name, 0, kVectorDims, n, "one entry per sequence: " + batch_source(a));
+}
+
+// Packed queries (cu_seqlens_q): q (total_q, heads, head_dim), the offsets and max_seqlen_q; fills batch, seqlen_q
+// (the most queries a sequence has), heads, head_dim and the offsets of p.attention. Host offsets are checked.
+void check_packed_queries(const Checker& c, const KvCacheArgs& a, Problem& s) {
+  check_tensor(c, a.q, "q", 3, kPackedQDims);
+  check_tensor(c, a.cu_seqlens_q, "cu_seqlens_q", 1, kOffsetDims);
+  FLASH4_REQUIRE(c, a.cu_seqlens_q.dtype == DType::kInt32,
+                 std::string("cu_seqlens_q.dtype is ") + dtype_name(a.cu_seqlens_q.dtype) + " but must be int32");
+  check_same_device(c, a.cu_seqlens_q, "cu_seqlens_q", a.q, "q");
+  FLASH4_REQUIRE(c, a.cu_seqlens_q.shape[0] >= 1,
+                 "cu_seqlens_q.shape[0] (batch + 1) = 0 but must be >= 1 (cu_seqlens_q[0] = 0 is always present)");
+  FLASH4_REQUIRE(c, !present(a.k) && !present(a.v),
+                 "k and v (an append) are set with cu_seqlens_q; packed queries attend to the cache as it is: "
+                 "append the new keys in a call of their own first");
+  s.batch = a.cu_seqlens_q.shape[0] - 1;
+  s.total_q = a.q.shape[0];
+  s.heads = a.q.shape[1];
+  s.head_dim = a.q.shape[2];
+  FLASH4_REQUIRE(c, s.total_q <= std::numeric_limits<int32_t>::max(),
+                 "q.shape[0] (total_q) = " + to_string(s.total_q) + " exceeds the int32 offsets' range");
+  FLASH4_REQUIRE(c, a.max_seqlen_q >= 0 && a.max_seqlen_q <= std::numeric_limits<int32_t>::max(),
+                 "max_seqlen_q = " + to_string(a.max_seqlen_q) + " must be in [0, 2^31 - 1]");
+  // 0 would clamp every segment to nothing: almost surely a forgotten argument.
+  FLASH4_REQUIRE(c, a.max_seqlen_q >= 1 || s.total_q == 0,
+                 "max_seqlen_q = 0 but q has " + to_string(s.total_q) +
+                     " rows; set it to the most queries a sequence has");
+  s.seqlen_q = a.max_seqlen_q;
+  s.cu_seqlens_q = static_cast<const int*>(a.cu_seqlens_q.data);
+  if (host(a.cu_seqlens_q) && a.cu_seqlens_q.data != nullptr)
+    check_host_offsets(c, s.cu_seqlens_q, "cu_seqlens_q", s.batch, s.total_q, s.seqlen_q, "q.shape[0] (total_q)",
+                       "max_seqlen_q");
 }
 
 // q, the caches and the optional new k, v: fills the sizes of p.attention and the cache's geometry.
 void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   p.paged = present(a.block_table);
   const char* const* cache_dims = p.paged ? kPagedCacheDims : kCacheDims;
-  check_tensor(c, a.q, "q", 4, kQDims);
+  Problem& s = p.attention;
+  if (present(a.cu_seqlens_q)) {
+    check_packed_queries(c, a, s);
+  } else {
+    FLASH4_REQUIRE(c, a.max_seqlen_q == 0,
+                   "max_seqlen_q = " + to_string(a.max_seqlen_q) +
+                       " but it is only used with cu_seqlens_q (packed queries); leave it 0");
+    check_tensor(c, a.q, "q", 4, kQDims);
+    s.batch = a.q.shape[0];
+    s.seqlen_q = a.q.shape[1];
+    s.heads = a.q.shape[2];
+    s.head_dim = a.q.shape[3];
+    s.total_q = s.batch * s.seqlen_q;
+  }
   FLASH4_REQUIRE(c, a.q.dtype == DType::kFloat32 || a.q.dtype == DType::kFloat16 || a.q.dtype == DType::kBFloat16,
                  std::string("q.dtype is ") + dtype_name(a.q.dtype) + " but KV-cache attention takes fp32, fp16 or bf16");
   check_tensor(c, a.k_cache, "k_cache", 4, cache_dims);
@@ -67,25 +128,21 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
   check_like(c, a.v_cache, "v_cache", a.q, "q");
   for (int i = 0; i < 4; ++i)
     check_dim(c, a.v_cache, "v_cache", i, cache_dims, a.k_cache.shape[i], "v_cache must have the shape of k_cache");
-  check_dim(c, a.k_cache, "k_cache", 3, cache_dims, a.q.shape[3], "q's head_dim");
+  check_dim(c, a.k_cache, "k_cache", 3, cache_dims, s.head_dim, "q's head_dim");
 
-  Problem& s = p.attention;
-  s.batch = a.q.shape[0];
-  s.seqlen_q = a.q.shape[1];
   FLASH4_REQUIRE(c, s.seqlen_q <= kMaxSequenceLength,
-                 "q.shape[1] (seqlen_q) = " + to_string(s.seqlen_q) +
-                     " exceeds the 2^40 - 1 tokens a sequence may have");
-  s.heads = a.q.shape[2];
-  s.head_dim = a.q.shape[3];
+                 (present(a.cu_seqlens_q) ? "max_seqlen_q" : "q.shape[1] (seqlen_q)") + std::string(" = ") +
+                     to_string(s.seqlen_q) + " exceeds the 2^40 - 1 tokens a sequence may have");
   s.heads_kv = a.k_cache.shape[2];
   s.head_dim_v = s.head_dim;  // one head dim for q, k and v (v_cache has k_cache's shape)
   FLASH4_REQUIRE(c, s.heads_kv >= 1, "k_cache.shape[2] (heads_kv) = " + to_string(s.heads_kv) + " must be >= 1");
   FLASH4_REQUIRE(c, s.heads % s.heads_kv == 0,
-                 "q.shape[2] (heads) = " + to_string(s.heads) + " is not a multiple of k_cache.shape[2] (heads_kv) = " +
+                 q_dim(a, "heads") + " = " + to_string(s.heads) +
+                     " is not a multiple of k_cache.shape[2] (heads_kv) = " +
                      to_string(s.heads_kv) + "; GQA/MQA needs heads % heads_kv == 0");
   FLASH4_REQUIRE(
       c, s.head_dim % kHeadDimMultiple == 0 && s.head_dim >= kHeadDimMultiple && s.head_dim <= kMaxHeadDim,
-      "q.shape[3] (head_dim) = " + to_string(s.head_dim) + " but head_dim must be a multiple of 8 in [8, 256]");
+      q_dim(a, "head_dim") + " = " + to_string(s.head_dim) + " but head_dim must be a multiple of 8 in [8, 256]");
 
   p.num_slots = a.k_cache.shape[0];
   p.page_size = a.k_cache.shape[1];
@@ -94,7 +151,7 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
     FLASH4_REQUIRE(c, a.block_table.dtype == DType::kInt32,
                    std::string("block_table.dtype is ") + dtype_name(a.block_table.dtype) + " but must be int32");
     check_same_device(c, a.block_table, "block_table", a.q, "q");
-    check_dim(c, a.block_table, "block_table", 0, kTableDims, s.batch, "one row per sequence: q.shape[0]");
+    check_dim(c, a.block_table, "block_table", 0, kTableDims, s.batch, "one row per sequence: " + batch_source(a));
     FLASH4_REQUIRE(c, !present(a.cache_batch_idx),
                    "cache_batch_idx is set with block_table; a paged cache selects its pages through block_table");
     FLASH4_REQUIRE(c, !present(a.cache_leftpad),
@@ -110,8 +167,8 @@ void check_tensors(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) {
     p.block_table_stride = a.block_table.stride[0];
   } else if (!present(a.cache_batch_idx)) {
     FLASH4_REQUIRE(c, p.num_slots >= s.batch,
-                   "k_cache.shape[0] (batch_cache) = " + to_string(p.num_slots) + " but q.shape[0] (batch) = " +
-                       to_string(s.batch) + "; without cache_batch_idx sequence b uses cache row b");
+                   "k_cache.shape[0] (batch_cache) = " + to_string(p.num_slots) + " but " + batch_source(a) +
+                       " (batch) = " + to_string(s.batch) + "; without cache_batch_idx sequence b uses cache row b");
   } else {
     FLASH4_REQUIRE(c, s.batch == 0 || p.num_slots >= 1,
                    "k_cache.shape[0] (batch_cache) = 0 but cache_batch_idx selects rows of it");
@@ -193,7 +250,7 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
                        (p.seqlen_new > 0 ? "; the append would overflow the sequence's cache" : ""));
   };
   if (present(a.cache_seqlens)) {
-    check_index_vector(c, a.cache_seqlens, "cache_seqlens", s.batch, a.q);
+    check_index_vector(c, a.cache_seqlens, "cache_seqlens", s.batch, a);
     p.cache_seqlens = static_cast<const int*>(a.cache_seqlens.data);
     if (host(a.cache_seqlens))
       for (int64_t b = 0; b < s.batch; ++b) check_length(p.cache_seqlens[b], "cache_seqlens[" + to_string(b) + "]");
@@ -203,7 +260,7 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
       check_length(p.cache_seqlen, a.cache_seqlen == -1 ? "cache_seqlen (-1: the whole cache)" : "cache_seqlen");
   }
   if (present(a.cache_batch_idx)) {
-    check_index_vector(c, a.cache_batch_idx, "cache_batch_idx", s.batch, a.q);
+    check_index_vector(c, a.cache_batch_idx, "cache_batch_idx", s.batch, a);
     p.cache_batch_idx = static_cast<const int*>(a.cache_batch_idx.data);
     if (host(a.cache_batch_idx)) {
       for (int64_t b = 0; b < s.batch; ++b) {
@@ -215,7 +272,7 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
     }
   }
   if (present(a.cache_leftpad)) {
-    check_index_vector(c, a.cache_leftpad, "cache_leftpad", s.batch, a.q);
+    check_index_vector(c, a.cache_leftpad, "cache_leftpad", s.batch, a);
     p.cache_leftpad = static_cast<const int*>(a.cache_leftpad.data);
     if (host(a.cache_leftpad)) {
       for (int64_t b = 0; b < s.batch; ++b) {
@@ -263,24 +320,32 @@ void check_sequences(const Checker& c, const KvCacheArgs& a, KvCacheProblem& p) 
     FLASH4_REQUIRE(c, a.learnable_sink.dtype == DType::kFloat32,
                    std::string("learnable_sink.dtype is ") + dtype_name(a.learnable_sink.dtype) + " but must be fp32");
     check_same_device(c, a.learnable_sink, "learnable_sink", a.q, "q");
-    check_dim(c, a.learnable_sink, "learnable_sink", 0, kVectorDims, s.heads, "one value per head: q.shape[2]");
+    check_dim(c, a.learnable_sink, "learnable_sink", 0, kVectorDims, s.heads,
+              "one value per head: " + q_dim(a, "heads"));
     p.attention.learnable_sink = static_cast<const float*>(a.learnable_sink.data);
   }
 }
 
 void check_outputs(const Checker& c, const KvCacheArgs& a, const KvCacheProblem& p) {
-  check_tensor(c, a.out, "out", 4, kQDims);
+  const bool packed = present(a.cu_seqlens_q);
+  const int q_rank = packed ? 3 : 4;
+  check_tensor(c, a.out, "out", q_rank, packed ? kPackedQDims : kQDims);
   check_like(c, a.out, "out", a.q, "q");
-  for (int i = 0; i < 4; ++i) check_dim(c, a.out, "out", i, kQDims, a.q.shape[i], "out must have the shape of q");
+  for (int i = 0; i < q_rank; ++i)
+    check_dim(c, a.out, "out", i, packed ? kPackedQDims : kQDims, a.q.shape[i], "out must have the shape of q");
   const bool has_lse = present(a.lse);
   if (has_lse) {
-    check_tensor(c, a.lse, "lse", 3, kLseDims);
+    const int lse_rank = packed ? 2 : 3;
+    const char* const* dims = packed ? kPackedLseDims : kLseDims;
+    check_tensor(c, a.lse, "lse", lse_rank, dims);
     FLASH4_REQUIRE(c, a.lse.dtype == DType::kFloat32,
                    std::string("lse.dtype is ") + dtype_name(a.lse.dtype) + " but must be fp32");
     check_same_device(c, a.lse, "lse", a.q, "q");
-    const int64_t expected[3] = {p.attention.batch, p.attention.heads, p.attention.seqlen_q};
-    for (int i = 0; i < 3; ++i)
-      check_dim(c, a.lse, "lse", i, kLseDims, expected[i], "lse must be (batch, heads, seqlen_q)");
+    const Problem& s = p.attention;
+    const int64_t dense[3] = {s.batch, s.heads, s.seqlen_q}, packed_shape[2] = {s.heads, s.total_q};
+    for (int i = 0; i < lse_rank; ++i)
+      check_dim(c, a.lse, "lse", i, dims, packed ? packed_shape[i] : dense[i],
+                packed ? "lse must be (heads, total_q)" : "lse must be (batch, heads, seqlen_q)");
   }
   const std::pair<const TensorView*, const char*> inputs[] = {{&a.q, "q"},
                                                               {&a.k, "k"},
@@ -291,7 +356,8 @@ void check_outputs(const Checker& c, const KvCacheArgs& a, const KvCacheProblem&
                                                               {&a.cache_batch_idx, "cache_batch_idx"},
                                                               {&a.cache_leftpad, "cache_leftpad"},
                                                               {&a.block_table, "block_table"},
-                                                              {&a.learnable_sink, "learnable_sink"}};
+                                                              {&a.learnable_sink, "learnable_sink"},
+                                                              {&a.cu_seqlens_q, "cu_seqlens_q"}};
   for (const auto& [in, name] : inputs) {
     check_no_overlap(c, a.out, "out", *in, name);
     if (has_lse) check_no_overlap(c, a.lse, "lse", *in, name);
@@ -325,7 +391,6 @@ KvCacheProblem validate(const KvCacheArgs& args) {
   check_scalars(c, args, p);
   check_sequences(c, args, p);
   check_outputs(c, args, p);
-  p.attention.total_q = p.attention.batch * p.attention.seqlen_q;
   return p;
 }
 

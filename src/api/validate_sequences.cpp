@@ -26,26 +26,6 @@ void check_vector(const Checker& c, const TensorView& t, const char* name, DType
   check_same_device(c, t, name, q, "q");
 }
 
-// Host-resident offsets: cu[0] == 0, non-decreasing, cu[batch] <= total, every segment <= max_seqlen.
-void check_host_offsets(const Checker& c, const int* cu, const char* name, int64_t batch, int64_t total,
-                        int64_t max_seqlen, const char* total_name, const char* max_name) {
-  FLASH4_REQUIRE(c, cu[0] == 0, std::string(name) + "[0] = " + std::to_string(cu[0]) + " but must be 0");
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t length = int64_t{cu[b + 1]} - cu[b];
-    FLASH4_REQUIRE(c, length >= 0,
-                   std::string(name) + " must be non-decreasing, but " + name + "[" + std::to_string(b + 1) +
-                       "] = " + std::to_string(cu[b + 1]) + " < " + name + "[" + std::to_string(b) +
-                       "] = " + std::to_string(cu[b]));
-    FLASH4_REQUIRE(c, length <= max_seqlen,
-                   "segment " + std::to_string(b) + " of " + name + " has " + std::to_string(length) +
-                       " tokens but " + max_name + " = " + std::to_string(max_seqlen) +
-                       "; max_seqlen must bound every segment");
-  }
-  FLASH4_REQUIRE(c, cu[batch] <= total,
-                 std::string(name) + "[" + std::to_string(batch) + "] = " + std::to_string(cu[batch]) +
-                     " exceeds " + total_name + " = " + std::to_string(total) + " (the packed tensor's rows)");
-}
-
 // Host-resident seqused: each entry in [0, its segment's length].
 void check_host_seqused(const Checker& c, const TensorView& t, const char* name, const Problem& p, bool keys) {
   const int* used = static_cast<const int*>(t.data);
@@ -65,6 +45,25 @@ void check_host_seqused(const Checker& c, const TensorView& t, const char* name,
 }
 
 }  // namespace
+
+void check_host_offsets(const Checker& c, const int* cu, const char* name, int64_t batch, int64_t total,
+                        int64_t max_seqlen, const char* total_name, const char* max_name) {
+  FLASH4_REQUIRE(c, cu[0] == 0, std::string(name) + "[0] = " + std::to_string(cu[0]) + " but must be 0");
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = int64_t{cu[b + 1]} - cu[b];
+    FLASH4_REQUIRE(c, length >= 0,
+                   std::string(name) + " must be non-decreasing, but " + name + "[" + std::to_string(b + 1) +
+                       "] = " + std::to_string(cu[b + 1]) + " < " + name + "[" + std::to_string(b) +
+                       "] = " + std::to_string(cu[b]));
+    FLASH4_REQUIRE(c, length <= max_seqlen,
+                   "segment " + std::to_string(b) + " of " + name + " has " + std::to_string(length) +
+                       " tokens but " + max_name + " = " + std::to_string(max_seqlen) +
+                       "; max_seqlen must bound every segment");
+  }
+  FLASH4_REQUIRE(c, cu[batch] <= total,
+                 std::string(name) + "[" + std::to_string(batch) + "] = " + std::to_string(cu[batch]) +
+                     " exceeds " + total_name + " = " + std::to_string(total) + " (the packed tensor's rows)");
+}
 
 bool packed_layout_requested(const Checker& c, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k) {
   const bool q = present(cu_seqlens_q), k = present(cu_seqlens_k);

@@ -26,6 +26,10 @@ struct SequenceArgs {
   }
 };
 
+// Host-resident offsets: cu[0] == 0, non-decreasing, cu[batch] <= total, every segment <= max_seqlen.
+void check_host_offsets(const Checker& c, const int* cu, const char* name, int64_t batch, int64_t total,
+                        int64_t max_seqlen, const char* total_name, const char* max_name);
+
 // Whether the call is packed: both cu_seqlens set (one alone is an error).
 bool packed_layout_requested(const Checker& c, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k);
 

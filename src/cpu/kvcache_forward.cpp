@@ -5,6 +5,7 @@
 // Keys are found through the sequence's PagedKeys (common/paged_keys.h), so contiguous and paged caches share
 // every loop.
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -225,10 +226,76 @@ void combine_row(const KvCacheArgs& a, const KvCacheProblem& p, int64_t b, int64
   if (a.lse.data != nullptr) *lse_ptr(a.lse, b, h, i) = lse;
 }
 
+// Rows [first, first + count) of a packed (total_q, heads, head_dim) tensor as a (1, count, heads, head_dim) one.
+TensorView query_rows(const TensorView& t, int64_t first, int64_t count) {
+  TensorView v = t;
+  v.rank = 4;
+  v.shape[0] = 1, v.shape[1] = count, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
+  v.stride[0] = 0, v.stride[1] = t.stride[0], v.stride[2] = t.stride[1], v.stride[3] = t.stride[2];
+  v.data = static_cast<char*>(t.data) + first * t.stride[0] * dtype_size(t.dtype);
+  return v;
+}
+
+// Columns [first, first + count) of a packed (heads, total_q) LSE as a (1, heads, count) one.
+TensorView lse_columns(const TensorView& lse, int64_t first, int64_t count) {
+  TensorView v = lse;
+  if (lse.data == nullptr) return v;
+  v.rank = 3;
+  v.shape[0] = 1, v.shape[1] = lse.shape[0], v.shape[2] = count;
+  v.stride[0] = 0, v.stride[1] = lse.stride[0], v.stride[2] = lse.stride[1];
+  v.data = static_cast<float*>(lse.data) + first * lse.stride[1];
+  return v;
+}
+
+// Packed queries (cu_seqlens_q; on the CPU the offsets were checked by validation): each sequence runs as a call
+// of its own over views of its query rows, with its entry of each index tensor and its row of the block table,
+// so its mask is aligned to its own query count. Rows after the last segment get out 0 and lse -inf.
+void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
+  const int* cu = s.cu_seqlens_q;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t first = cu[b], count = int64_t{cu[b + 1]} - cu[b];
+    if (count == 0) continue;
+    KvCacheArgs one = a;
+    one.cu_seqlens_q = TensorView{};
+    one.max_seqlen_q = 0;
+    one.q = query_rows(a.q, first, count);
+    one.out = query_rows(a.out, first, count);
+    one.lse = lse_columns(a.lse, first, count);
+    KvCacheProblem sequence = p;
+    sequence.attention.batch = 1;
+    sequence.attention.seqlen_q = count;
+    sequence.attention.total_q = count;
+    sequence.attention.cu_seqlens_q = nullptr;
+    if (p.cache_seqlens != nullptr) sequence.cache_seqlens = p.cache_seqlens + b;
+    if (p.cache_batch_idx != nullptr) sequence.cache_batch_idx = p.cache_batch_idx + b;
+    if (p.cache_leftpad != nullptr) sequence.cache_leftpad = p.cache_leftpad + b;
+    if (p.paged) sequence.block_table = p.block_table + b * p.block_table_stride;
+    if (!p.paged && p.cache_batch_idx == nullptr) {  // sequence b's cache row b, as row 0 of a one-row cache
+      for (TensorView* cache : {&one.k_cache, &one.v_cache}) {
+        cache->data = static_cast<char*>(cache->data) + b * cache->stride[0] * dtype_size(cache->dtype);
+        cache->shape[0] = 1;
+      }
+      sequence.num_slots = 1;
+    }
+    cpu_forward_kvcache(one, sequence);
+  }
+  const int64_t tail = s.total_q - cu[s.batch];
+  if (tail <= 0) return;
+  const TensorView out = query_rows(a.out, cu[s.batch], tail), lse = lse_columns(a.lse, cu[s.batch], tail);
+  const std::vector<float> zeros(static_cast<size_t>(s.head_dim), 0.0f);
+  for (int64_t i = 0; i < tail; ++i)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      store_rows(zeros.data(), out, 0, i, 1, h);
+      if (lse.data != nullptr) *lse_ptr(lse, 0, h, i) = -std::numeric_limits<float>::infinity();
+    }
+}
+
 }  // namespace
 
 void cpu_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
+  if (a.cu_seqlens_q.data != nullptr) return packed_queries_forward(a, p);
   if (a.out.numel() == 0) return append_new_keys(a, p);
   const int64_t q_tiles = (s.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t packed_tiles = (s.seqlen_q * s.group() + kBlockM - 1) / kBlockM;  // per (sequence, KV head)

@@ -1,11 +1,12 @@
 // KV-cache attention on the CPU (flash4/kvcache.h) against the fp64 model of tests/common/kvcache_case.h: contiguous
-// and paged caches, append, cache_batch_idx, rotary, masks, GQA, sink, split counts.
+// and paged caches, append, cache_batch_idx, rotary, masks, GQA, sink, split counts, packed queries.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "common/kvcache_case.h"
+#include "common/kvcache_packed.h"
 
 namespace flash4::test {
 namespace {
@@ -223,6 +224,42 @@ TEST(KvCache, SplitsMatchOneSplit) {
     const std::vector<double> out = one.out.to_double(), lse = one.lse.to_double();
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out1[i], 1e-5 * (1.0 + std::abs(out1[i]))) << splits;
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse1[i], 1e-5 * (1.0 + std::abs(lse1[i]))) << splits;
+  }
+}
+
+// Packed queries (cu_seqlens_q): counts from 0 to seqlen_q in one batch, two rows after the last segment, masks
+// aligned to each sequence's own count, against the dense call's reference for the same (last) query positions.
+TEST(KvCache, PackedQueries) {
+  const KvCaseSpec specs[] = {
+      with(spec(6, 4, 8, 2, {17, 300, 1, 64, 0, 129}), [](KvCaseSpec& s) { s.causal = true; }),
+      with(spec(5, 3, 8, 1, {40, 1000, 9, 3, 70}, DType::kFloat16), [](KvCaseSpec& s) {
+        s.page_size = 16;
+        s.causal = true;
+        s.window_left = 20;
+        s.sink = true;
+        s.num_splits = 3;
+      }),
+      with(spec(4, 16, 4, 4, {50, 16, 300, 1}), [](KvCaseSpec& s) {
+        s.page_size = 64;
+        s.softcap = 20.0f;
+      }),
+      with(spec(3, 5, 6, 2, {33, 7, 90}, DType::kFloat32), [](KvCaseSpec& s) {
+        s.cache_batch_idx = true;
+        s.causal = true;
+      }),
+  };
+  for (const KvCaseSpec& sp : specs) {
+    SCOPED_TRACE(sp.name());
+    FLASH4_TEST_RNG(rng);
+    KvCacheCase c(sp, rng);
+    forward_kvcache(c.args());
+    PackedQueries packed(c, mixed_counts(sp.batch, sp.seqlen_q), 2);
+    KvCacheArgs a = c.args();
+    packed.apply(a);
+    ASSERT_TRUE(can_implement(a).ok);
+    forward_kvcache(a);
+    EXPECT_TRUE(packed.scatter_into(c));
+    EXPECT_TRUE(check_kvcache(c));
   }
 }
 

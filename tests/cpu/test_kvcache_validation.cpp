@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/kvcache_case.h"
+#include "common/kvcache_packed.h"
 
 namespace flash4::test {
 namespace {
@@ -374,6 +376,50 @@ TEST(KvCacheValidation, RotaryPositionOfAHugeEmptyQuery) {
         << e.what();
   }
   for (float x : cache) EXPECT_EQ(x, 0.0f);  // the append did not run
+}
+
+// Packed queries (cu_seqlens_q): host offsets are checked like a packed batch's, q and the outputs take the packed
+// ranks, and a packed call appends nothing.
+TEST(KvCacheValidation, PackedQueries) {
+  KvCaseSpec s = with_no_append(paged_spec());
+  s.rotary = Rotary::kNone;
+  // The packed call of the case with `change` applied; the packed tensors outlive the call.
+  using Packed = PackedQueries;
+  using Case = KvCacheCase;
+  std::vector<std::unique_ptr<Packed>> keep;
+  auto packed = [&keep](const std::function<void(KvCacheArgs&, Packed&, Case&)>& change) {
+    return [&keep, change](KvCacheArgs& a, Case& c) {
+      keep.push_back(std::make_unique<Packed>(c, std::vector<int64_t>{2, 1}, 1));
+      keep.back()->apply(a);
+      change(a, *keep.back(), c);
+    };
+  };
+  auto offsets = [](Packed& p) { return static_cast<int32_t*>(p.cu_seqlens_q.data()); };
+  expect_refused(s, packed([&](KvCacheArgs&, Packed& p, Case&) { offsets(p)[0] = 1; }), "cu_seqlens_q[0] = 1");
+  expect_refused(s, packed([&](KvCacheArgs&, Packed& p, Case&) { offsets(p)[2] = 1; }),
+                 "cu_seqlens_q must be non-decreasing");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case&) { a.max_seqlen_q = 1; }),
+                 "segment 0 of cu_seqlens_q has 2 tokens but max_seqlen_q = 1");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed& p, Case&) {
+                   offsets(p)[2] = 5;
+                   a.max_seqlen_q = 3;
+                 }),
+                 "cu_seqlens_q[2] = 5 exceeds q.shape[0] (total_q) = 4");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case&) { a.max_seqlen_q = 0; }), "max_seqlen_q = 0");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case&) { a.cu_seqlens_q.dtype = DType::kFloat32; }),
+                 "cu_seqlens_q.dtype is fp32 but must be int32");
+  HostTensor three = HostTensor::vector(DType::kInt32, 4);  // offsets of three sequences for a batch of two
+  for (int i = 0; i < 4; ++i) static_cast<int32_t*>(three.data())[i] = i < 2 ? 2 * i : 3;
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case&) { a.cu_seqlens_q = three.view(); }),
+                 "block_table.shape[0] (batch) = 2 but expected 3 (one row per sequence: cu_seqlens_q.shape[0] - 1)");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case&) { a.lse.shape[1] = 3; }),
+                 "lse must be (heads, total_q)");
+  expect_refused(s, packed([&](KvCacheArgs& a, Packed&, Case& c) { a.q = c.q.view(); }),
+                 "q must have rank 3, got rank 4");
+  expect_refused(paged_spec(), packed([&](KvCacheArgs&, Packed&, Case&) {}),
+                 "k and v (an append) are set with cu_seqlens_q");
+  expect_refused(s, [](KvCacheArgs& a, KvCacheCase&) { a.max_seqlen_q = 4; },
+                 "max_seqlen_q = 4 but it is only used with cu_seqlens_q");
 }
 
 // Without a usable GPU (a CPU-only build, or no sm_90 device), CUDA tensors pass validation (device-resident indices

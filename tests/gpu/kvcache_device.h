@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/kvcache_case.h"
@@ -18,6 +19,22 @@ namespace flash4::test {
 
 #define FLASH4_REQUIRE_GPU() \
   if (!cuda_available(0)) GTEST_SKIP() << "no sm_90 GPU"
+
+// A GPU test's case: the GPU's own split count unless the test asks for one.
+inline KvCaseSpec gpu_kv_spec(int64_t batch, int64_t seqlen_q, int64_t heads, int64_t heads_kv,
+                              std::vector<int64_t> lengths, int64_t head_dim = 128,
+                              DType dtype = DType::kBFloat16) {
+  KvCaseSpec s;
+  s.batch = batch;
+  s.seqlen_q = seqlen_q;
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.cache_lengths = std::move(lengths);
+  s.num_splits = 0;
+  return s;
+}
 
 class DeviceKvCall {
  public:

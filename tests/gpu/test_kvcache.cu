@@ -125,32 +125,18 @@ void run_case(const KvCaseSpec& spec) {
   EXPECT_TRUE(check_kvcache(c));
 }
 
-KvCaseSpec spec(int64_t batch, int64_t seqlen_q, int64_t heads, int64_t heads_kv, std::vector<int64_t> lengths,
-                int64_t head_dim = 128, DType dtype = DType::kBFloat16) {
-  KvCaseSpec s;
-  s.batch = batch;
-  s.seqlen_q = seqlen_q;
-  s.heads = heads;
-  s.heads_kv = heads_kv;
-  s.head_dim = head_dim;
-  s.dtype = dtype;
-  s.cache_lengths = std::move(lengths);
-  s.num_splits = 0;  // the GPU's own choice unless a test asks
-  return s;
-}
-
 // One query token: GQA 8:1, 4:1 and MQA, every head dim, both dtypes, odd and mixed lengths in one batch
 // (0: no key, out 0 and lse -inf).
 TEST(KvCacheGpu, Decode) {
   FLASH4_REQUIRE_GPU();
   for (int64_t d : {64, 128, 256})
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-      run_case(spec(4, 1, 8, 1, {0, 1, 17, 1000}, d, dtype));  // GQA 8:1
-      run_case(spec(2, 1, 8, 2, {4097, 333}, d, dtype));
-      run_case(spec(1, 1, 6, 1, {2500}, d, dtype));            // MQA
+      run_case(gpu_kv_spec(4, 1, 8, 1, {0, 1, 17, 1000}, d, dtype));  // GQA 8:1
+      run_case(gpu_kv_spec(2, 1, 8, 2, {4097, 333}, d, dtype));
+      run_case(gpu_kv_spec(1, 1, 6, 1, {2500}, d, dtype));            // MQA
     }
-  run_case(spec(1, 1, 8, 8, {100003}));                        // a long cache, automatic splits
-  run_case(with(spec(3, 1, 32, 8, {1000, 17, 4097}), [](KvCaseSpec& s) { s.page_size = 16; }));
+  run_case(gpu_kv_spec(1, 1, 8, 8, {100003}));                        // a long cache, automatic splits
+  run_case(with(gpu_kv_spec(3, 1, 32, 8, {1000, 17, 4097}), [](KvCaseSpec& s) { s.page_size = 16; }));
 }
 
 // flash-attn's cache_leftpad (tests/cpu/test_kvcache.cpp): the padding rows hold NaN, the append writes at
@@ -158,13 +144,13 @@ TEST(KvCacheGpu, Decode) {
 TEST(KvCacheGpu, LeftPad) {
   FLASH4_REQUIRE_GPU();
   for (int64_t d : {64, 128}) {
-    run_case(with(spec(3, 1, 32, 8, {4000, 7, 300}, d), [](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(3, 1, 32, 8, {4000, 7, 300}, d), [](KvCaseSpec& s) {
       s.leftpad = {1500, 0, 299};
       s.cache_batch_idx = true;
       s.causal = true;
       s.num_splits = 0;
     }));
-    run_case(with(spec(3, 4, 16, 1, {40, 7, 3000}, d), [](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(3, 4, 16, 1, {40, 7, 3000}, d), [](KvCaseSpec& s) {
       s.leftpad = {39, 7, 100};
       s.seqlen_new = 3;
       s.rotary = Rotary::kNeox;
@@ -183,9 +169,9 @@ TEST(KvCacheGpu, DecodeGrid) {
 TEST(KvCacheGpu, SpeculativeAndChunked) {
   FLASH4_REQUIRE_GPU();
   for (int64_t sq : {2, 3, 5, 8, 16})
-    run_case(with(spec(2, sq, 8, 2, {sq == 2 ? 0 : 300, 1000}), [](KvCaseSpec& s) { s.causal = true; }));
-  run_case(with(spec(2, 4, 4, 4, {700, 9}), [](KvCaseSpec& s) { s.page_size = 64; }));  // not causal
-  run_case(with(spec(1, 512, 2, 1, {32768}, 64), [](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(2, sq, 8, 2, {sq == 2 ? 0 : 300, 1000}), [](KvCaseSpec& s) { s.causal = true; }));
+  run_case(with(gpu_kv_spec(2, 4, 4, 4, {700, 9}), [](KvCaseSpec& s) { s.page_size = 64; }));  // not causal
+  run_case(with(gpu_kv_spec(1, 512, 2, 1, {32768}, 64), [](KvCaseSpec& s) {
     s.causal = true;
     s.page_size = 256;
   }));
@@ -200,30 +186,30 @@ TEST(KvCacheGpu, PrefillRunsTheDenseKernel) {
   FLASH4_REQUIRE_GPU();
   for (int64_t d : {64, 128, 256})
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-      run_case(with(spec(3, 77, 8, 2, {0, 1, 1000}, d, dtype), [](KvCaseSpec& s) { s.causal = true; }));
-      run_case(with(spec(2, 33, 4, 4, {4097, 129}, d, dtype), [](KvCaseSpec& s) { s.page_size = 256; }));
+      run_case(with(gpu_kv_spec(3, 77, 8, 2, {0, 1, 1000}, d, dtype), [](KvCaseSpec& s) { s.causal = true; }));
+      run_case(with(gpu_kv_spec(2, 33, 4, 4, {4097, 129}, d, dtype), [](KvCaseSpec& s) { s.page_size = 256; }));
     }
-  run_case(with(spec(3, 200, 8, 1, {333, 0, 2048}), [](KvCaseSpec& s) {  // GQA 8:1, shuffled cache rows
+  run_case(with(gpu_kv_spec(3, 200, 8, 1, {333, 0, 2048}), [](KvCaseSpec& s) {  // GQA 8:1, shuffled cache rows
     s.cache_batch_idx = true;
     s.seqlen_new = 45;
     s.rotary = Rotary::kNeox;
     s.causal = true;
   }));
   for (int64_t page : {16, 64, 128, 512})
-    run_case(with(spec(2, 130, 4, 2, {700, 9}), [&](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(2, 130, 4, 2, {700, 9}), [&](KvCaseSpec& s) {
       s.page_size = page;
       s.seqlen_new = 17;
       s.rotary = Rotary::kInterleaved;
       s.window_left = 100;
       s.window_right = 0;
     }));
-  run_case(with(spec(2, 64, 8, 2, {300, 300}, 128, DType::kFloat16), [](KvCaseSpec& s) {
+  run_case(with(gpu_kv_spec(2, 64, 8, 2, {300, 300}, 128, DType::kFloat16), [](KvCaseSpec& s) {
     s.scalar_length = true;
     s.softcap = 30.0f;
     s.sink = true;
     s.page_size = 128;
   }));
-  run_case(with(spec(2, 24, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
+  run_case(with(gpu_kv_spec(2, 24, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
 }
 
 // Head dims between the decode kernel's widths (64, 128, 256) on the next wider one, zero-padded: decode, splits
@@ -232,16 +218,16 @@ TEST(KvCacheGpu, PaddedHeadDims) {
   FLASH4_REQUIRE_GPU();
   for (int64_t d : {8, 40, 96, 160, 192, 248}) {
     const DType dtype = d % 16 == 0 ? DType::kFloat16 : DType::kBFloat16;
-    run_case(spec(4, 1, 8, 2, {0, 1, 17, 1000}, d, dtype));
-    run_case(with(spec(2, 1, 8, 1, {4097, 333}, d, dtype), [](KvCaseSpec& s) { s.num_splits = 5; }));
-    run_case(with(spec(2, 4, 8, 2, {31, 1000}, d, dtype), [](KvCaseSpec& s) {
+    run_case(gpu_kv_spec(4, 1, 8, 2, {0, 1, 17, 1000}, d, dtype));
+    run_case(with(gpu_kv_spec(2, 1, 8, 1, {4097, 333}, d, dtype), [](KvCaseSpec& s) { s.num_splits = 5; }));
+    run_case(with(gpu_kv_spec(2, 4, 8, 2, {31, 1000}, d, dtype), [](KvCaseSpec& s) {
       s.page_size = 16;
       s.seqlen_new = 4;
       s.causal = true;
       s.rotary = Rotary::kNeox;
       s.sink = true;
     }));
-    run_case(with(spec(2, 8, 16, 2, {700, 9}, d, dtype), [](KvCaseSpec& s) { s.page_size = 64; }));  // 64 rows
+    run_case(with(gpu_kv_spec(2, 8, 16, 2, {700, 9}, d, dtype), [](KvCaseSpec& s) { s.page_size = 64; }));  // 64 rows
   }
 }
 
@@ -253,62 +239,62 @@ TEST(KvCacheGpu, LastSplitMerges) {
   FLASH4_REQUIRE_GPU();
   for (int64_t d : {64, 128, 256})
     for (int splits : {2, 7, 33, 128}) {
-      run_case(with(spec(3, 1, 8, 8, {5000, 0, 1777}, d), [&](KvCaseSpec& s) {  // 1 row per tile
+      run_case(with(gpu_kv_spec(3, 1, 8, 8, {5000, 0, 1777}, d), [&](KvCaseSpec& s) {  // 1 row per tile
         s.num_splits = splits;
         s.sink = true;
       }));
-      run_case(with(spec(2, 1, 6, 2, {4100, 300}, d, DType::kFloat16), [&](KvCaseSpec& s) {  // 3 rows
+      run_case(with(gpu_kv_spec(2, 1, 6, 2, {4100, 300}, d, DType::kFloat16), [&](KvCaseSpec& s) {  // 3 rows
         s.num_splits = splits;
       }));
-      run_case(with(spec(1, 1, 16, 1, {9000}, d), [&](KvCaseSpec& s) {  // 16 rows
+      run_case(with(gpu_kv_spec(1, 1, 16, 1, {9000}, d), [&](KvCaseSpec& s) {  // 16 rows
         s.num_splits = splits;
         s.sink = splits % 2 == 1;
       }));
-      run_case(with(spec(2, 2, 16, 2, {3000, 65}, d), [&](KvCaseSpec& s) {  // 2 queries x 8 heads, causal
+      run_case(with(gpu_kv_spec(2, 2, 16, 2, {3000, 65}, d), [&](KvCaseSpec& s) {  // 2 queries x 8 heads, causal
         s.num_splits = splits;
         s.causal = true;
         s.page_size = 64;
       }));
     }
-  run_case(spec(1, 1, 4, 1, {100003}));  // automatic split count, one tile
+  run_case(gpu_kv_spec(1, 1, 4, 1, {100003}));  // automatic split count, one tile
   // More tiles than a pooled slice of counters (zero_counters.h): counters zeroed in the workspace.
   std::vector<int64_t> lengths(300);
   for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>((i * 37) % 400);
-  run_case(with(spec(300, 1, 8, 4, lengths), [](KvCaseSpec& s) { s.num_splits = 3; }));
+  run_case(with(gpu_kv_spec(300, 1, 8, 4, lengths), [](KvCaseSpec& s) { s.num_splits = 3; }));
 }
 
 // Window, softcap and the learnable sink, contiguous (with cache_batch_idx and a scalar length) and paged.
 TEST(KvCacheGpu, MasksSoftcapSink) {
   FLASH4_REQUIRE_GPU();
-  run_case(with(spec(2, 3, 8, 2, {600, 40}), [](KvCaseSpec& s) {
+  run_case(with(gpu_kv_spec(2, 3, 8, 2, {600, 40}), [](KvCaseSpec& s) {
     s.window_left = 100;
     s.window_right = 0;
     s.page_size = 32;
   }));
-  run_case(with(spec(2, 1, 4, 1, {257, 1}), [](KvCaseSpec& s) {
+  run_case(with(gpu_kv_spec(2, 1, 4, 1, {257, 1}), [](KvCaseSpec& s) {
     s.softcap = 20.0f;
     s.sink = true;
     s.cache_batch_idx = true;
   }));
-  run_case(with(spec(3, 2, 4, 2, {77, 77, 77}, 64, DType::kFloat16), [](KvCaseSpec& s) {
+  run_case(with(gpu_kv_spec(3, 2, 4, 2, {77, 77, 77}, 64, DType::kFloat16), [](KvCaseSpec& s) {
     s.scalar_length = true;
     s.sink = true;
     s.causal = true;
     s.num_splits = 4;
   }));
-  run_case(with(spec(2, 1, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
+  run_case(with(gpu_kv_spec(2, 1, 4, 2, {0, 5}), [](KvCaseSpec& s) { s.sink = true; }));  // no key: lse = sink
 }
 
 // In-place append (contiguous and paged, page sizes 16 and 256) with rotary on the new keys and on q.
 TEST(KvCacheGpu, AppendWithRotary) {
   FLASH4_REQUIRE_GPU();
   for (int64_t page : {0, 16, 256}) {
-    run_case(with(spec(3, 1, 8, 2, {15, 0, 300}), [&](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(3, 1, 8, 2, {15, 0, 300}), [&](KvCaseSpec& s) {
       s.page_size = page;
       s.seqlen_new = 1;
       s.rotary = Rotary::kInterleaved;
     }));
-    run_case(with(spec(2, 4, 4, 1, {31, 1000}), [&](KvCaseSpec& s) {
+    run_case(with(gpu_kv_spec(2, 4, 4, 1, {31, 1000}), [&](KvCaseSpec& s) {
       s.page_size = page;
       s.seqlen_new = 4;
       s.causal = true;
@@ -316,7 +302,7 @@ TEST(KvCacheGpu, AppendWithRotary) {
       s.rotary_dim = 64;
     }));
   }
-  run_case(with(spec(2, 1, 4, 4, {20, 3}, 64), [](KvCaseSpec& s) {
+  run_case(with(gpu_kv_spec(2, 1, 4, 4, {20, 3}, 64), [](KvCaseSpec& s) {
     s.seqlen_new = 3;
     s.cache_batch_idx = true;
     s.rotary = Rotary::kInterleaved;

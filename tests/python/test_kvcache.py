@@ -4,6 +4,7 @@ the cache (attention_reference: the fp64 reference, the naive same-dtype baselin
 custom op under torch.compile, the in-place append, and the refusal of bad arguments."""
 
 import copy
+import functools
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import flash4  # noqa: E402
 from attention_reference import attention, check_tolerance  # noqa: E402
+from torch_devices import hopper_present  # noqa: E402
 
 NP_DTYPES = {torch.float32: None, torch.float16: np.float16}
 NAMES = {torch.float32: "float32", torch.float16: "float16"}
@@ -376,7 +378,11 @@ def _check_mixed(c, counts, out, lse):
     for b, n in enumerate(counts):
         one = copy.copy(c)
         one.q, one.lengths, one.cache_seqlens = c.q[b : b + 1, :n], [c.lengths[b]], c.cache_seqlens[b : b + 1]
-        one.block_table = c.block_table[b : b + 1]
+        if c.block_table is not None:
+            one.block_table = c.block_table[b : b + 1]
+        else:  # the sequence's cache row, as the one-sequence case finds it
+            one.cache_batch_idx = (c.cache_batch_idx[b : b + 1] if c.cache_batch_idx is not None
+                                   else torch.tensor([b], dtype=torch.int32))
         one.check(out[None, start : start + n], lse[None, :, start : start + n])
         start += n
     assert torch.equal(out[start:], torch.zeros_like(out[start:])), "rows in no sequence"
@@ -400,8 +406,8 @@ def test_varlen_with_block_table_mixing_query_counts(page_size, window):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_with_block_table_mixed_counts_softcap_mqa(causal):
-    # The left-padded path without a causal mask (the padding rows then see every key, and are dropped), with
-    # softcap and MQA (8 query heads on one KV head); counts up to the 16-query limit.
+    # The packed-query path without a causal mask, with softcap and MQA (8 query heads on one KV head); counts up
+    # to the 16-query limit.
     counts = [16, 2, 7, 1]
     c = Case(4, 16, 8, 1, [50, 16, 300, 1], page_size=16, dtype=torch.float16, causal=causal, softcap=20.0,
              seed=11)
@@ -411,31 +417,98 @@ def test_varlen_with_block_table_mixed_counts_softcap_mqa(causal):
 
 
 def test_varlen_with_block_table_prefill_chunks_beside_decode_steps():
-    # A segment longer than LEFT_PAD_MAX_QUERIES (a prefill chunk): the offsets are read on the host and each query
+    # A segment longer than PACKED_MAX_QUERIES (a prefill chunk): the offsets are read on the host and each query
     # count runs as its own call; rows after the last segment as before.
     counts = [20, 1, 0, 3, 1]
     c = Case(5, 20, 4, 2, [17, 40, 3, 300, 2], page_size=16, dtype=torch.float16, causal=True, seed=9)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
-    assert max(counts) > flash4._paged_varlen.LEFT_PAD_MAX_QUERIES
+    assert max(counts) > flash4._paged_varlen.PACKED_MAX_QUERIES
     out, lse = _mixed_paged_varlen(c, counts, extra_rows=2)
     _check_mixed(c, counts, out, lse)
 
 
-def test_left_padded_mixed_counts_clamp_malformed_offsets():
-    # Device-resident offsets are not checked on the left-padded path: segments longer than max_seqlen_q, decreasing
-    # or past q read as in no sequence (out 0, lse -inf), and nothing raises or reads out of range.
-    c = Case(3, 4, 4, 2, [17, 40, 9], page_size=16, seed=10)
-    q = c.q.flatten(0, 1)[:10]
-    cu = torch.tensor([0, 7, 3, 99], dtype=torch.int32)  # segment 0: 7 > max 4; segment 1 decreasing; 2 past q
-    options = dict(softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, return_softmax_lse=True,
-                   learnable_sink=None)
-    out, lse = flash4._paged_varlen._left_padded(q, c.k_cache, c.v_cache, cu, 4, c.cache_seqlens, c.block_table,
-                                                 options)
+def _packed_kvcache(c, counts, extra_rows, **kw):
+    """flash_attn_with_kvcache with cu_seqlens_q on c's cache: sequence b's queries are the first counts[b] rows of
+    c.q[b]; extra_rows rows after the last segment belong to no sequence."""
+    rows = [c.q[b, :n] for b, n in enumerate(counts)] + [c.q[0, :extra_rows]]
+    cu_q = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32, device=c.q.device)
+    args = dict(cache_seqlens=c.cache_seqlens, cache_batch_idx=c.cache_batch_idx, block_table=c.block_table,
+                causal=c.causal, window_size=c.window, softcap=c.softcap, learnable_sink=c.sink,
+                return_softmax_lse=True, cu_seqlens_q=cu_q, max_seqlen_q=max(counts))
+    args.update(kw)
+    return flash4.flash_attn_with_kvcache(torch.cat(rows), c.k_cache, c.v_cache, **args)
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_kvcache_packed_queries(page_size):
+    # FlashAttention-3's cu_seqlens_q: counts 3, 1, 0, 2, 1 against caches of 17 .. 300 keys, GQA 2:1, causal
+    # per sequence, a window, the sink; contiguous caches through cache_batch_idx.
+    counts = [3, 1, 0, 2, 1]
+    c = Case(5, 3, 4, 2, [17, 40, 3, 300, 2], page_size=page_size, dtype=torch.float16, causal=True, sink=True,
+             window=(30, 0), cache_batch_idx=page_size == 0, seed=12)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = _packed_kvcache(c, counts, extra_rows=2)
+    assert out.shape == (9, 4, 64) and lse.shape == (4, 9)
+    _check_mixed(c, counts, out, lse)
+    assert torch.equal(_packed_kvcache(c, counts, 2, return_softmax_lse=False), out)
+
+
+def test_kvcache_packed_queries_refusals():
+    c = Case(2, 2, 4, 2, [9, 33], seqlen_new=1, page_size=16, seed=13)
+    cu = torch.tensor([0, 2, 3], dtype=torch.int32)
+    q = c.q.flatten(0, 1)[:3]
+    call = functools.partial(flash4.flash_attn_with_kvcache, q, c.k_cache, c.v_cache, cache_seqlens=c.cache_seqlens,
+                             block_table=c.block_table)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q is set but max_seqlen_q is not"):
+        call(cu_seqlens_q=cu)
+    with pytest.raises(ValueError, match=r"max_seqlen_q is set but cu_seqlens_q is not"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, max_seqlen_q=2)
+    with pytest.raises(ValueError, match=r"with cu_seqlens_q, q must have 3 dimensions"):
+        flash4.flash_attn_with_kvcache(c.q, c.k_cache, c.v_cache, cu_seqlens_q=cu, max_seqlen_q=2)
+    with pytest.raises(ValueError, match=r"k and v \(an append\) are set with cu_seqlens_q"):
+        call(c.k, c.v, cu_seqlens_q=cu, max_seqlen_q=2)
+    with pytest.raises(ValueError, match=r"segment 0 of cu_seqlens_q has 2 tokens but max_seqlen_q = 1"):
+        call(cu_seqlens_q=cu, max_seqlen_q=1)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q must be non-decreasing"):
+        call(cu_seqlens_q=torch.tensor([0, 2, 1], dtype=torch.int32), max_seqlen_q=2)
+    with pytest.raises(TypeError, match=r"cu_seqlens_q.dtype is fp32 but must be int32"):
+        call(cu_seqlens_q=cu.float(), max_seqlen_q=2)
+    assert torch.equal(call(cu_seqlens_q=cu.long(), max_seqlen_q=2), call(cu_seqlens_q=cu, max_seqlen_q=2))
+
+
+def test_kvcache_packed_queries_compile_and_opcheck():
+    from flash4 import _torch_kvcache
+
+    counts = [2, 1]
+    c = Case(2, 2, 4, 2, [20, 7], page_size=16, seed=14)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    q = torch.cat([c.q[0, :2], c.q[1, :1]])
+    cu = torch.tensor([0, 2, 3], dtype=torch.int32)
+
+    def step(q, k_cache, v_cache, lengths, table, cu):
+        return flash4.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, block_table=table,
+                                             cu_seqlens_q=cu, max_seqlen_q=2, return_softmax_lse=True)
+
+    out, lse = torch.compile(step, fullgraph=True)(q, c.k_cache, c.v_cache, c.cache_seqlens, c.block_table, cu)
+    _check_mixed(c, counts, out, lse)
+    args = (q, c.k_cache, c.v_cache, None, None, None, None, c.cache_seqlens, -1, None, c.block_table, None, None,
+            1.0 / math.sqrt(64), True, -1, -1, 0.0, True, 0, cu, 2)
+    torch.library.opcheck(_torch_kvcache.fwd_kvcache, args, test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+def test_kvcache_packed_queries_clamp_malformed_device_offsets():
+    # Device-resident offsets are not read on the host: segments longer than max_seqlen_q, decreasing or past q
+    # are clamped by the kernels; nothing raises or reads out of range, and every output is finite.
+    c = Case(3, 4, 4, 2, [17, 40, 9], page_size=16, dtype=torch.float16, seed=10)
+    q = c.q.flatten(0, 1)[:10].cuda()
+    cu = torch.tensor([0, 7, 3, 99], dtype=torch.int32, device="cuda")
+    out, lse = flash4.flash_attn_with_kvcache(q, c.k_cache.cuda(), c.v_cache.cuda(),
+                                              cache_seqlens=c.cache_seqlens.cuda(), block_table=c.block_table.cuda(),
+                                              causal=True, return_softmax_lse=True, cu_seqlens_q=cu, max_seqlen_q=4)
+    torch.cuda.synchronize()
     assert out.shape == (10, 4, 64) and lse.shape == (4, 10)
     assert torch.isfinite(out).all()
-    for rows in (slice(0, 7), slice(7, 10)):  # no row lies in a well-formed segment of at most 4
-        assert torch.equal(out[rows], torch.zeros_like(out[rows]))
-        assert torch.equal(lse[:, rows], torch.full_like(lse[:, rows], float("-inf")))
 
 
 def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():

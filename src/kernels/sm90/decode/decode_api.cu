@@ -168,6 +168,56 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   sm90::decode::launch_combine(c, q.dtype, width, stream);
 }
 
+// A packed (total, heads, head_dim) tensor as (sequences, rows_per_sequence, heads, head_dim) with batch stride
+// `sequence_stride` rows: total / sequences for equal segments, 0 where each sequence finds its rows itself (the
+// queries: DecodeParams::cu_seqlens_q).
+TensorView packed_view(const TensorView& t, int64_t sequences, int64_t rows, int64_t sequence_stride) {
+  TensorView v = t;
+  v.rank = 4;
+  v.shape[0] = sequences;
+  v.shape[1] = rows;
+  v.shape[2] = t.shape[1];
+  v.shape[3] = t.shape[2];
+  v.stride[0] = sequence_stride * t.stride[0];
+  v.stride[1] = t.stride[0];
+  v.stride[2] = t.stride[1];
+  v.stride[3] = t.stride[2];
+  return v;
+}
+
+// The (heads, total_q) LSE of a packed call as one batch entry of (1, heads, total_q).
+TensorView packed_lse_view(const TensorView& lse) {
+  TensorView v = lse;
+  if (lse.data != nullptr) {
+    v.rank = 3;
+    v.shape[0] = 1;
+    v.shape[1] = lse.shape[0];
+    v.shape[2] = lse.shape[1];
+    v.stride[0] = 0;
+    v.stride[1] = lse.stride[0];
+    v.stride[2] = lse.stride[1];
+  }
+  return v;
+}
+
+// Rows of a packed q in no segment (after cu_seqlens_q[batch], or of a segment longer than max_seqlen_q): out 0,
+// LSE -inf, as the packed forward leaves them.
+void clear_uncovered_query_rows(const TensorView& out, const TensorView& lse, const Problem& p, cudaStream_t s) {
+  ForwardArgs rows;
+  rows.out = out;
+  rows.lse = lse;
+  sm90::launch_forward_uncovered_rows(rows, p, s);
+}
+
+// A call with packed queries (cu_seqlens_q): q, out and lse as one batch entry in which sequence b's queries start
+// at cu_seqlens_q[b], on the decode kernel for any count (the dense kernel takes one count for the batch).
+void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p, cudaStream_t s) {
+  const Problem& pr = p.attention;
+  run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
+                packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
+  clear_uncovered_query_rows(a.out, a.lse, pr, s);
+}
+
 }  // namespace
 
 Support cuda_can_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) {
@@ -179,6 +229,8 @@ Support cuda_can_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p) 
       s.batch * s.seqlen_q * s.heads > kMaxKeys)
     return {false, "the GPU decode kernels support caches of < 2^31 keys per sequence, batch and heads_kv <= "
                    "65535 and batch * seqlen_q * heads < 2^31"};
+  if (a.lse.data != nullptr && a.lse.stride[a.lse.rank - 1] != 1)
+    return {false, "the GPU decode kernels write lse with unit stride along the queries; pass a contiguous lse"};
   return {};
 }
 
@@ -217,6 +269,7 @@ void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream 
     sm90::decode::launch_append(ap, a.q.dtype, s);
   }
   if (a.out.numel() == 0) return;
+  if (pr.varlen()) return packed_queries_forward(a, p, s);
   if (kvcache_dense_route(a, p)) return kvcache_dense_forward(p, a, q, s);  // many rows per KV head
   run_attention(p, q, a.k_cache, a.v_cache, a.out, a.lse, s);
 }
@@ -231,27 +284,6 @@ bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
   if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
   return decode_refusal(a.q, p.head_dim, {&a.q, &a.k, &a.v, &a.out}).empty();
 }
-
-namespace {
-
-// A packed (total, heads, head_dim) tensor as (sequences, rows_per_sequence, heads, head_dim) with batch stride
-// `sequence_stride` rows: total / sequences for equal segments, 0 where each sequence finds its rows itself (the
-// queries: DecodeParams::cu_seqlens_q).
-TensorView packed_view(const TensorView& t, int64_t sequences, int64_t rows, int64_t sequence_stride) {
-  TensorView v = t;
-  v.rank = 4;
-  v.shape[0] = sequences;
-  v.shape[1] = rows;
-  v.shape[2] = t.shape[1];
-  v.shape[3] = t.shape[2];
-  v.stride[0] = sequence_stride * t.stride[0];
-  v.stride[1] = t.stride[0];
-  v.stride[2] = t.stride[1];
-  v.stride[3] = t.stride[2];
-  return v;
-}
-
-}  // namespace
 
 void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t stream) {
   // The batch as a contiguous cache of the keys, nothing appended: dense, every sequence's seqlen_k keys (or
@@ -271,14 +303,9 @@ void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t s
   kv.cu_seqlens_k = p.cu_seqlens_k;
   kv.total_k = p.total_k;
   // q, out and lse (heads, total_q) as one batch entry, in which sequence b's queries start at cu_seqlens_q[b].
-  TensorView lse = a.lse;
-  if (lse.data != nullptr) {
-    lse.rank = 3;
-    lse.stride[1] = a.lse.stride[0];
-    lse.stride[0] = 0;
-  }
   run_attention(kv, packed_view(a.q, p.batch, p.seqlen_q, 0), packed_view(a.k, 1, p.total_k, p.total_k),
-                packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0), lse, stream);
+                packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0),
+                packed_lse_view(a.lse), stream);
   // Rows in no segment (after the last one) get out 0 and LSE -inf, as from the packed forward kernel; a batch
   // of equal counts has none (total_q = batch * max_seqlen_q leaves no row over).
   if (p.total_q != p.batch * p.seqlen_q) sm90::launch_forward_uncovered_rows(a, p, stream);
