@@ -1,11 +1,12 @@
 // Packed queries on the GPU (KvCacheArgs::cu_seqlens_q, device-resident): one batch mixing query counts from 0 to
-// seqlen_q on the decode kernel, through its three ways out (direct stores with one split, the 16-row tile's
-// last-CTA merge, the 64-row tile's combine kernel), contiguous and paged caches, masks per sequence, GQA, the
-// sink; rows after the last segment cleared. Checked against the dense call's reference for the same (last) query
-// positions (tests/common/kvcache_packed.h).
+// seqlen_q (up to 70: several row tiles) on the decode kernel, through its three ways out (direct stores with one
+// split, the 16-row tile's last-CTA merge, the 64-row tile's combine kernel), contiguous and paged caches, masks
+// per sequence, GQA, the sink; rows after the last segment cleared, and a batch of no sequence. Checked against the
+// dense call's reference for the same (last) query positions (tests/common/kvcache_packed.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -15,7 +16,7 @@
 namespace flash4::test {
 namespace {
 
-void run_packed(const KvCaseSpec& sp, int64_t extra_rows) {
+void run_packed(const KvCaseSpec& sp, int64_t extra_rows, std::vector<int64_t> counts = {}) {
   SCOPED_TRACE(sp.name());
   std::printf("[ case     ] %s\n", sp.name().c_str());
   std::fflush(stdout);
@@ -24,7 +25,7 @@ void run_packed(const KvCaseSpec& sp, int64_t extra_rows) {
   DeviceKvCall dense(c);  // caches, index tensors and the dense call's outputs on the device
   ASSERT_TRUE(dense.ok());
   FLASH4_TEST_CUDA(dense.run());
-  PackedQueries packed(c, mixed_counts(sp.batch, sp.seqlen_q), extra_rows);
+  PackedQueries packed(c, counts.empty() ? mixed_counts(sp.batch, sp.seqlen_q) : counts, extra_rows);
   DeviceMirror q(packed.q), out(packed.out), lse(packed.lse), offsets(packed.cu_seqlens_q);
   ASSERT_TRUE(q.ok() && out.ok() && lse.ok() && offsets.ok());
   KvCacheArgs a = dense.args;
@@ -74,6 +75,9 @@ TEST(KvCacheGpuPacked, MixedQueryCounts) {
                  s.num_splits = 7;
                }),
                1);
+    // Chunks longer than a 64-row tile (70 queries x 2 heads: three row tiles) beside short ones.
+    run_packed(with(gpu_kv_spec(3, 70, 4, 2, {100, 5, 2000}, d), [](KvCaseSpec& s) { s.causal = true; }), 2,
+               {70, 5, 33});
   }
 }
 
@@ -87,6 +91,36 @@ TEST(KvCacheGpuPacked, ManySequences) {
                s.causal = true;
              }),
              5);
+}
+
+// No sequence at all (cu_seqlens_q = [0]) but rows in q: no attention launch, every row 0 / -inf.
+TEST(KvCacheGpuPacked, NoSequences) {
+  FLASH4_REQUIRE_GPU();
+  FLASH4_TEST_RNG(rng);
+  HostTensor q(DType::kBFloat16, 1, 3, 4, 64), out(DType::kBFloat16, 1, 3, 4, 64), lse = HostTensor::lse(1, 4, 3);
+  for (HostTensor* t : {&q, &out, &lse}) t->drop_leading_dim();
+  HostTensor cache(DType::kBFloat16, 2, 16, 2, 64), offsets = HostTensor::vector(DType::kInt32, 1);
+  q.fill_normal(rng);
+  cache.fill_normal(rng);
+  static_cast<int32_t*>(offsets.data())[0] = 0;
+  out.poison();
+  lse.poison();
+  DeviceMirror dq(q), dout(out), dlse(lse), dk(cache), dv(cache), dcu(offsets);
+  ASSERT_TRUE(dq.ok() && dout.ok() && dlse.ok() && dk.ok() && dv.ok() && dcu.ok());
+  KvCacheArgs a;
+  a.q = dq.view();
+  a.k_cache = dk.view();
+  a.v_cache = dv.view();
+  a.out = dout.view();
+  a.lse = dlse.view();
+  a.cu_seqlens_q = dcu.view();
+  a.max_seqlen_q = 1;
+  forward_kvcache(a);
+  FLASH4_TEST_CUDA(cudaDeviceSynchronize());
+  FLASH4_TEST_CUDA(dout.download());
+  FLASH4_TEST_CUDA(dlse.download());
+  for (double x : out.to_double()) EXPECT_EQ(x, 0.0);
+  for (double x : lse.to_double()) EXPECT_TRUE(std::isinf(x) && x < 0);
 }
 
 }  // namespace

@@ -453,6 +453,19 @@ def test_kvcache_packed_queries(page_size):
     assert torch.equal(_packed_kvcache(c, counts, 2, return_softmax_lse=False), out)
 
 
+def test_kvcache_packed_queries_without_sequences():
+    # cu_seqlens_q = [0]: no sequence, so every row of q is in none (out 0, lse -inf); and an empty q.
+    q, cache = torch.randn(3, 4, 64), torch.randn(2, 16, 2, 64)
+    out, lse = flash4.flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=torch.zeros(0, dtype=torch.int32),
+                                              cu_seqlens_q=torch.zeros(1, dtype=torch.int32), max_seqlen_q=1,
+                                              return_softmax_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(lse, torch.full_like(lse, float("-inf")))
+    none = torch.zeros(3, dtype=torch.int32)
+    out, lse = flash4.flash_attn_with_kvcache(q[:0], cache, cache.clone(), cu_seqlens_q=none, max_seqlen_q=0,
+                                              return_softmax_lse=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+
+
 def test_kvcache_packed_queries_refusals():
     c = Case(2, 2, 4, 2, [9, 33], seqlen_new=1, page_size=16, seed=13)
     cu = torch.tensor([0, 2, 3], dtype=torch.int32)

@@ -213,8 +213,9 @@ void clear_uncovered_query_rows(const TensorView& out, const TensorView& lse, co
 // at cu_seqlens_q[b], on the decode kernel for any count (the dense kernel takes one count for the batch).
 void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p, cudaStream_t s) {
   const Problem& pr = p.attention;
-  run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
-                packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
+  if (pr.batch > 0)  // no sequence: every row is in none (and a grid of no CTAs is no launch)
+    run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
+                  packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
   clear_uncovered_query_rows(a.out, a.lse, pr, s);
 }
 
