@@ -42,6 +42,7 @@ def flash_attn_with_kvcache(
     learnable_sink=None,
     cu_seqlens_q=None,
     max_seqlen_q=None,
+    page_table=None,
 ):
     """Attention of new queries to a key/value cache, flash-attn's flash_attn_with_kvcache (forward only).
 
@@ -69,8 +70,13 @@ def flash_attn_with_kvcache(
     sequence (decode beside speculative verify steps): q (total_q, heads, head_dim), sequence b's queries rows
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (its last positions), at most max_seqlen_q each; out like q, lse
     (heads, total_q); rows in no segment get 0 / -inf. Not with k, v or rotary. Offsets on the GPU are not read
-    on the host (clamped), so the call stays graph-capturable.
+    on the host (clamped), so the call stays graph-capturable. page_table: FlashAttention-3's name for block_table.
     """
+    if page_table is not None:
+        if block_table is not None:
+            raise ValueError("block_table and page_table are both set; they are one argument (flash-attn 2's and 3's "
+                             "names), give one")
+        block_table = page_table
     refuse_unimplemented(alibi_slopes=alibi_slopes)
     if not _is_torch_tensor(q):
         raise TypeError("flash_attn_with_kvcache takes torch tensors (the caches are modified in place)")

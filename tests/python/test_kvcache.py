@@ -453,6 +453,17 @@ def test_kvcache_packed_queries(page_size):
     assert torch.equal(_packed_kvcache(c, counts, 2, return_softmax_lse=False), out)
 
 
+def test_page_table_is_block_table():
+    # FlashAttention-3's keyword for the paged cache's table (SGLang's decode call: packed queries, page_table).
+    counts = [2, 1]
+    c = Case(2, 2, 4, 2, [20, 7], page_size=16, seed=15)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    out, lse = _packed_kvcache(c, counts, 0, block_table=None, page_table=c.block_table)
+    _check_mixed(c, counts, out, lse)
+    with pytest.raises(ValueError, match=r"block_table and page_table are both set"):
+        _packed_kvcache(c, counts, 0, page_table=c.block_table)
+
+
 def test_kvcache_packed_queries_without_sequences():
     # cu_seqlens_q = [0]: no sequence, so every row of q is in none (out 0, lse -inf); and an empty q.
     q, cache = torch.randn(3, 4, 64), torch.randn(2, 16, 2, 64)
