@@ -193,7 +193,7 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
       for (int splits : split_counts) {
         for (int i = 0; i < caches.count(); ++i) caches.set(i).args.num_splits = splits;
         const int chosen = flash4::sm90::decode::decode_num_splits(splits, sms, r.batch, kHeadsKv, kHeads / kHeadsKv,
-                                                                   kHeadDim, r.seqlen, page == 0 || page == kVSkewed);
+                                                                   kHeadDim, r.seqlen);
         auto call = [&](int i) { flash4::forward_kvcache(caches.set(i % caches.count()).args); };
         const double us = median_ms_of(caches.count(), iters, call) * 1e3;
         const double single = single_call_us(call, 20);

@@ -125,11 +125,15 @@ TEST(DecodeConfig, PackedKeysFollowTheOffsets) {
 
 TEST(DecodeConfig, SplitHeuristic) {
   constexpr int kSms = 132;
-  // GQA 32/8, d = 128, one query: 4 rows per KV head, one 16-row tile.
-  // Splits fill the 264 CTA slots (2 per SM) in one wave: 264 / 8 items.
-  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536), 33);
-  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 8192), 32);  // at least 256 keys per split
-  EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768), 4);
+  // GQA 32/8, d = 128, one query: 4 rows per KV head, one 16-row tile (2 CTA slots per SM). Items that leave
+  // the SMs at least two splits each take one CTA per SM's worth of splits: 132 / 8 items.
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536), 16);
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 8192), 16);
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 4096), 16);  // at least 256 keys per split
+  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 2048), 8);
+  EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768), 2);
+  // 96 items: 132 / 96 < 2, so the splits fill the 264 slots instead.
+  EXPECT_EQ(decode_num_splits(0, kSms, 12, 8, 4, 128, 32768), 2);
   EXPECT_EQ(decode_num_splits(0, kSms, 2, 8, 4, 256, 65536), 8);  // d = 256: one CTA per SM, 132 / 16
   EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 64, 128, 65536), 16);  // 64 rows (speculative): one CTA per SM
   EXPECT_EQ(decode_num_splits(0, kSms, 32, 8, 4, 128, 16384), 1);
@@ -137,13 +141,6 @@ TEST(DecodeConfig, SplitHeuristic) {
   EXPECT_EQ(decode_num_splits(0, kSms, 128, 8, 4, 128, 2048), 1);
   EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 200), 1);  // too few keys to split
   EXPECT_EQ(decode_num_splits(7, kSms, 1, 8, 4, 128, 65536), 7);  // num_splits overrides
-  // Contiguous caches with interleaved KV heads: one CTA per SM's worth of splits.
-  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 65536, true), 16);
-  EXPECT_EQ(decode_num_splits(0, kSms, 1, 8, 4, 128, 8192, true), 16);
-  EXPECT_EQ(decode_num_splits(0, kSms, 8, 8, 4, 128, 32768, true), 2);
-  EXPECT_EQ(decode_num_splits(0, kSms, 12, 8, 4, 128, 32768, true), 2);  // 96 items: 132 / 96 < 2, the slots' rule
-  EXPECT_EQ(decode_num_splits(0, kSms, 2, 8, 4, 256, 65536, true), 8);  // d = 256: one CTA per SM either way
-  EXPECT_EQ(decode_num_splits(7, kSms, 1, 8, 4, 128, 65536, true), 7);
   EXPECT_FALSE(decode_wide_rows(16));
   EXPECT_TRUE(decode_wide_rows(17));
 }

@@ -114,9 +114,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   p.cu_seqlens_q = s.cu_seqlens_q;  // a packed batch (the forward's route): q, out, lse views of one batch entry
   p.total_q = s.total_q;
   p.row_tiles = static_cast<int>((rows + block_m - 1) / block_m);
-  const bool heads_interleaved = !kv.paged && k_cache.stride[1] > s.head_dim;  // (slot, row, heads_kv, d)
   p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv, rows,
-                                             s.head_dim, kv.capacity, heads_interleaved);
+                                             s.head_dim, kv.capacity);
 
   const auto launch = [&](const DecodeParams& params) {
 #define FLASH4_LAUNCH_DECODE(T, D)                                                                \

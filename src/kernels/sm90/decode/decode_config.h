@@ -81,24 +81,19 @@ constexpr int decode_ctas_per_sm(int64_t rows, int64_t head_dim) {
 
 // The split count (docs/kvcache.md). Work items: one per (sequence, KV head, row tile); slots: the GPU's resident
 // CTAs (SMs x CTAs per SM). No split while the items fill 80 % of the slots (common/split_kv.h's rule). Otherwise
-// one wave that fills the most slots: a CTA's read rate is bounded by its own pipeline, so more resident CTAs
-// read faster, while a second wave adds its tail and more partials to combine.
+// one wave: where the SMs alone still give each item at least two splits, one CTA per SM's worth of splits (fewer
+// partials to merge, each CTA reading more keys: measured faster for contiguous, head-major and paged caches
+// alike, docs/performance.md, KV-cache decode); else as many splits as fill every slot.
 // At least kMinKeysPerSplit keys per split. `max_keys` is the cache's capacity (device-resident lengths are not
 // read on the host), so a batch of short sequences in a long cache may split more than it needs; the surplus
 // splits find no key and cost one small CTA each.
-// `heads_interleaved`: a contiguous cache whose KV heads alternate row by row ((slot, row, heads_kv, d), flash-attn's
-// layout, also packed keys). Where that still splits each item at least in two, its splits fill one CTA per SM,
-// not every slot: half the splits, each reading twice the keys, measured faster there (fewer partials to merge);
-// paged and head-major caches need the second CTA per SM to hide their page lookups and DRAM latency
-// (docs/performance.md, KV-cache decode).
 constexpr int decode_num_splits(int requested, int64_t sms, int64_t batch, int64_t heads_kv, int64_t rows,
-                                int64_t head_dim, int64_t max_keys, bool heads_interleaved = false) {
+                                int64_t head_dim, int64_t max_keys) {
   if (requested > 0) return requested;
   const int64_t tiles = (rows + decode_block_m(rows) - 1) / decode_block_m(rows);
   const int64_t items = batch * heads_kv * tiles, slots = sms * decode_ctas_per_sm(rows, head_dim);
   if (items <= 0 || items * 5 >= slots * 4) return 1;
-  int64_t splits = slots / items;
-  if (heads_interleaved && sms / items >= 2) splits = sms / items;  // measured where it still splits in two
+  int64_t splits = sms / items >= 2 ? sms / items : slots / items;
   if (splits > max_keys / detail::kMinKeysPerSplit) splits = max_keys / detail::kMinKeysPerSplit;
   if (splits > detail::kMaxSplits) splits = detail::kMaxSplits;
   return splits > 1 ? static_cast<int>(splits) : 1;
