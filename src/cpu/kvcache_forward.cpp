@@ -3,7 +3,7 @@
 // streams its part of the sequence's keys through an online softmax into a partial output and LSE (fp32), and a
 // combine step merges the splits by their LSE (common/lse_combine.h), as the GPU's split and combine kernels do.
 // Keys are found through the sequence's PagedKeys (common/paged_keys.h), so contiguous and paged caches share
-// every loop.
+// every loop. Packed queries (cu_seqlens_q) run one sequence at a time through the same code.
 #include <algorithm>
 #include <limits>
 #include <thread>

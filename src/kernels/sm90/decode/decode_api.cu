@@ -1,5 +1,5 @@
 // The decode kernels' side of dispatch: what the GPU runs of a KV-cache call (and why not), the launch of append,
-// attention and combine for it, and the dense forward's decode route (flash4::forward with few query rows per KV
+// attention and combine for it (packed queries included), and the dense forward's decode route (flash4::forward with few query rows per KV
 // head, decode_dense.h). Sizes and split counts are decided here once; the kernels take them from DecodeParams.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
