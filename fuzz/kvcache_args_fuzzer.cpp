@@ -1,7 +1,8 @@
 // libFuzzer target for flash4::forward_kvcache's arguments (fuzz/README.md). Each input describes a KvCacheArgs:
 // q, a contiguous or paged cache, optional new keys and values (the in-place append), rotary tables, host index
-// tensors (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) holding valid or corrupt values, masks,
-// softcap, the sink and num_splits, with every view open to the corruptions of fuzz_args.h. Properties:
+// tensors (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) holding valid or corrupt values, packed
+// queries (cu_seqlens_q with valid or corrupt offsets, max_seqlen_q), masks, softcap, the sink and num_splits, with
+// every view open to the corruptions of fuzz_args.h. Properties:
 //   - can_implement and forward_kvcache either accept or throw flash4::Error whose message starts with
 //     "flash4::forward_kvcache: "; any other exception, a crash or a sanitizer report is a finding;
 //   - a call that throws leaves the arena untouched (neither the outputs nor the caches are written);
@@ -13,12 +14,13 @@ namespace {
 
 using namespace flash4::fuzz;
 
-// With FLASH4_FUZZ_STATS set: how many calls ran to completion, paged and appending among them.
+// With FLASH4_FUZZ_STATS set: how many calls ran to completion, paged, appending and packed among them.
 struct RunStats {
-  long runs = 0, paged = 0, appends = 0;
+  long runs = 0, paged = 0, appends = 0, packed = 0;
   ~RunStats() {
     if (std::getenv("FLASH4_FUZZ_STATS") != nullptr)
-      std::fprintf(stderr, "calls run: %ld, paged %ld, appending %ld\n", runs, paged, appends);
+      std::fprintf(stderr, "calls run: %ld, paged %ld, appending %ld, packed queries %ld\n", runs, paged, appends,
+                   packed);
   }
 } g_stats;
 
@@ -40,16 +42,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t slots = paged ? in.ConsumeIntegralInRange<int64_t>(0, 6) : in.ConsumeIntegralInRange<int64_t>(0, 4);
   const int64_t rows = paged ? int64_t{1} << in.ConsumeIntegralInRange<int>(0, 3) : in.ConsumeIntegralInRange<int64_t>(0, 12);
   const int64_t max_pages = in.ConsumeIntegralInRange<int64_t>(0, 4);
+  // Packed queries: q and out (total_q, heads, d), lse (heads, total_q), and cu_seqlens_q below.
+  const bool packed = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  const int64_t total_q = packed ? in.ConsumeIntegralInRange<int64_t>(0, 9) : 0;
 
   flash4::KvCacheArgs a;
-  a.q = pick_view(in, 4, {batch, seqlen_q, heads, head_dim});
+  const std::array<int64_t, 4> q_shape = packed ? std::array<int64_t, 4>{total_q, heads, head_dim, 0}
+                                                : std::array<int64_t, 4>{batch, seqlen_q, heads, head_dim};
+  a.q = pick_view(in, packed ? 3 : 4, q_shape);
   a.k_cache = pick_view(in, 4, {slots, rows, heads_kv, head_dim});
   a.v_cache = pick_view(in, 4, {slots, rows, heads_kv, head_dim});
-  a.out = pick_view(in, 4, {batch, seqlen_q, heads, head_dim});
+  a.out = pick_view(in, packed ? 3 : 4, q_shape);
   std::vector<const flash4::TensorView*> all = {&a.q, &a.k_cache, &a.v_cache, &a.out};
   std::vector<const flash4::TensorView*> outputs = {&a.out};
   if (in.ConsumeBool()) {
-    a.lse = pick_view(in, 3, {batch, heads, seqlen_q, 0});
+    a.lse = packed ? pick_view(in, 2, {heads, total_q, 0, 0}) : pick_view(in, 3, {batch, heads, seqlen_q, 0});
     all.push_back(&a.lse);
     outputs.push_back(&a.lse);
   }
@@ -98,6 +105,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.learnable_sink = pick_vector(in, heads, flash4::DType::kFloat32);
     all.push_back(&a.learnable_sink);
   }
+  if (packed) {
+    a.cu_seqlens_q = pick_vector(in, batch + 1, flash4::DType::kInt32);
+    const int64_t longest = fill_index(in, a.cu_seqlens_q, true, 4);
+    a.max_seqlen_q = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_size(in) : longest;
+    all.push_back(&a.cu_seqlens_q);
+  }
   a.softmax_scale = pick_scalar(in);
   a.softcap = pick_scalar(in);
   a.causal = in.ConsumeBool();
@@ -108,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Validation reads the host index tensors (that is how it names a bad page or length without a device). A view
   // whose declared extent leaves the arena describes memory the caller does not own: reading it would be the
   // caller's fault, so such inputs stop here. (Negative sizes, wild odd pointers and the like are still refused.)
-  for (const flash4::TensorView* t : {&a.cache_seqlens, &a.cache_batch_idx, &a.block_table}) {
+  for (const flash4::TensorView* t : {&a.cache_seqlens, &a.cache_batch_idx, &a.block_table, &a.cu_seqlens_q}) {
     size_t b = 0, e = 0;
     bool sane = t->data != nullptr && t->device.kind == flash4::DeviceKind::kCpu && t->rank >= 1 && t->rank <= 4 &&
                 reinterpret_cast<uintptr_t>(t->data) % 4 == 0;
@@ -124,7 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Multiply-adds: every query row against every cache row and new key (bounded by the views' own shapes).
   double work = 1.0;
-  for (const int64_t x : {a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]}) work *= static_cast<double>(x);
+  for (int i = 0; i < a.q.rank && i < 4; ++i) work *= static_cast<double>(a.q.shape[i]);
   const double keys = static_cast<double>(a.k_cache.shape[0]) * static_cast<double>(a.k_cache.shape[1]) +
                       static_cast<double>(seqlen_new);
   work *= keys;
@@ -134,6 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ++g_stats.runs;
     if (paged) ++g_stats.paged;
     if (seqlen_new > 0) ++g_stats.appends;
+    if (packed) ++g_stats.packed;
   });
   return 0;
 }
