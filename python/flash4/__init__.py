@@ -23,6 +23,7 @@ from ._api import (
     forward,
 )
 from ._kvcache import flash_attn_with_kvcache
+from ._offsets import check_kvcache_indices
 from ._sdpa import scaled_dot_product_attention
 from ._native import library_version
 from ._packed import (
@@ -39,6 +40,7 @@ __all__ = [
     "__version__",
     "backward",
     "can_implement",
+    "check_kvcache_indices",
     "check_varlen_offsets",
     "cuda_available",
     "flash_attn_func",

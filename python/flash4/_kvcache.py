@@ -5,6 +5,7 @@ and as a plain call in eager mode."""
 
 from . import _checks
 from ._api import _is_torch_tensor, normalize_options, refuse_unimplemented
+from ._offsets import check_kvcache_indices, offsets_check_requested
 
 _torch_kvcache = None  # flash4._torch_kvcache once loaded (it imports torch and registers the op)
 
@@ -16,6 +17,12 @@ def _torch_side():
 
         _torch_kvcache = module
     return _torch_kvcache
+
+
+def _compiling():
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def flash_attn_with_kvcache(
@@ -71,6 +78,8 @@ def flash_attn_with_kvcache(
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (its last positions), at most max_seqlen_q each; out like q, lse
     (heads, total_q); rows in no segment get 0 / -inf. Not with k, v or rotary. Offsets on the GPU are not read
     on the host (clamped), so the call stays graph-capturable. page_table: FlashAttention-3's name for block_table.
+    CUDA index tensors are clamped by the kernels, not read; FLASH4_CHECK_OFFSETS=1 (or check_kvcache_indices)
+    checks their values on the host first (synchronizes).
     """
     if page_table is not None:
         if block_table is not None:
@@ -121,6 +130,10 @@ def flash_attn_with_kvcache(
     # The sink in float32, as flash_attn_func takes it (a bf16 / fp16 parameter is cast).
     if learnable_sink is not None:
         learnable_sink = torch_side.sink_tensor(learnable_sink)
+    if q.device.type == "cuda" and offsets_check_requested() and not _compiling():
+        # The debugging aid: device-resident index values checked on the host as the library checks CPU ones.
+        check_kvcache_indices(q, k_cache, v_cache, k, v, rotary_cos, seqlens, seqlen, cache_batch_idx,
+                              cache_leftpad, block_table, causal, (left, right), cu_seqlens_q, max_seqlen_q)
     out, lse = torch_side.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits,

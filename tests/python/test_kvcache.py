@@ -464,6 +464,31 @@ def test_page_table_is_block_table():
         _packed_kvcache(c, counts, 0, page_table=c.block_table)
 
 
+def test_check_kvcache_indices():
+    # The opt-in host check (FLASH4_CHECK_OFFSETS=1 runs it before CUDA calls): the library's CPU validation of the
+    # index values, on copies of the index tensors and stand-ins for the data.
+    c = Case(3, 2, 4, 2, [20, 7, 30], page_size=16, seed=16)
+    args = dict(cache_seqlens=c.cache_seqlens, block_table=c.block_table)
+    assert flash4.check_kvcache_indices(c.q, c.k_cache, c.v_cache, **args) is None
+    long = c.cache_seqlens.clone()
+    long[2] = 10 ** 6
+    with pytest.raises(ValueError, match=r"cache_seqlens\[2\] = 1000000 exceeds the cache's capacity"):
+        flash4.check_kvcache_indices(c.q, c.k_cache, c.v_cache, cache_seqlens=long, block_table=c.block_table)
+    table = c.block_table.clone()
+    table[1, 0] = c.k_cache.shape[0]
+    with pytest.raises(ValueError, match=r"block_table\[1\]\[0\] = .* but must be in \[0, "):
+        flash4.check_kvcache_indices(c.q, c.k_cache, c.v_cache, cache_seqlens=c.cache_seqlens, block_table=table)
+    k_new = torch.zeros(3, 40, 2, 64)
+    with pytest.raises(ValueError, match=r"the append would overflow the sequence's cache"):
+        flash4.check_kvcache_indices(c.q, c.k_cache, c.v_cache, k_new, k_new, **args)
+    q = c.q.flatten(0, 1)[:4]
+    with pytest.raises(ValueError, match=r"cu_seqlens_q must be non-decreasing"):
+        flash4.check_kvcache_indices(q, c.k_cache, c.v_cache, **args, max_seqlen_q=2,
+                                     cu_seqlens_q=torch.tensor([0, 2, 1, 4], dtype=torch.int32))
+    assert flash4.check_kvcache_indices(q, c.k_cache, c.v_cache, **args, max_seqlen_q=2,
+                                        cu_seqlens_q=torch.tensor([0, 2, 3, 4], dtype=torch.int32)) is None
+
+
 def test_kvcache_packed_queries_without_sequences():
     # cu_seqlens_q = [0]: no sequence, so every row of q is in none (out 0, lse -inf); and an empty q.
     q, cache = torch.randn(3, 4, 64), torch.randn(2, 16, 2, 64)
