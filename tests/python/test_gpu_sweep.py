@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 import flash4  # noqa: E402
 from attention_reference import check_tolerance  # noqa: E402
 from test_kvcache import Case as KvCase  # noqa: E402
-from test_kvcache import _check_mixed, _mixed_paged_varlen  # noqa: E402
+from test_kvcache import _check_mixed, _mixed_paged_varlen, _packed_kvcache  # noqa: E402
 from test_varlen import DTYPE_NAMES, VarlenCase, hopper_present, numpy64  # noqa: E402
 from torch_reference import attention, stored_output_delta  # noqa: E402
 
@@ -231,6 +231,43 @@ def paged_varlen_case(rng, case, device, seed):
         raise AssertionError(f"{what}: {e}") from None
 
 
+def packed_kvcache_case(rng, case, device, seed):
+    """flash_attn_with_kvcache with packed queries (cu_seqlens_q): decode and speculative counts, an empty
+    sequence now and then, sometimes a chunk longer than the 16-query tile; contiguous caches (shuffled rows) or
+    pages; masks, GQA, the sink."""
+    d = int(rng.choice([64, 128, 8 * int(rng.integers(1, 33))]))
+    heads, heads_kv = groups(rng)
+    batch = int(rng.integers(1, 7))
+    counts = [int(rng.choice([0, 1, 1, 2, 4, 16, 33])) for _ in range(batch)]
+    if not any(counts):
+        counts[0] = 1  # at least one query in the batch
+    cache_len = [max(lengths(rng, int(rng.choice([300, 3000]))), n) for n in counts]
+    page_size = int(rng.choice([0, 16, 64, 256]))
+    window = (int(rng.integers(0, 300)), 0) if rng.random() < 0.25 else (-1, -1)
+    sink = bool(rng.random() < 0.2)
+    extra_rows = int(rng.choice([0, 0, 2]))
+    what = (f"{device} seed {seed} packed kvcache case {case}: counts {counts} (+{extra_rows} rows) lens {cache_len} "
+            f"h{heads}/{heads_kv} d{d} page {page_size} window={window} sink={sink}")
+    c = KvCase(batch, max(counts), heads, heads_kv, cache_len, page_size=page_size, dtype=torch.float16,
+               causal=True, window=window, sink=sink, head_dim=d, cache_batch_idx=page_size == 0,
+               seed=seed * 1000 + case)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    names = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "cache_batch_idx", "sink")
+    cpu = {name: getattr(c, name) for name in names}
+    for name, t in cpu.items():
+        setattr(c, name, None if t is None else t.to(device))
+    try:
+        out, lse = _packed_kvcache(c, counts, extra_rows)
+    except NotImplementedError as e:
+        pytest.skip(f"{what}: not implemented on this GPU by flash4: {e}")
+    for name, t in cpu.items():
+        setattr(c, name, t)
+    try:
+        _check_mixed(c, counts, out.cpu(), lse.cpu())
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
 @pytest.mark.parametrize("device,case", SWEEP)
 def test_dense(device, case):
     dense_case(np.random.default_rng([SEEDS[device], 1, case]), case, device, SEEDS[device])
@@ -249,6 +286,11 @@ def test_kvcache(device, case):
 @pytest.mark.parametrize("device,case", SWEEP)
 def test_paged_varlen(device, case):
     paged_varlen_case(np.random.default_rng([SEEDS[device], 4, case]), case, device, SEEDS[device])
+
+
+@pytest.mark.parametrize("device,case", SWEEP)
+def test_packed_kvcache(device, case):
+    packed_kvcache_case(np.random.default_rng([SEEDS[device], 5, case]), case, device, SEEDS[device])
 
 
 def test_the_sweep_draws_every_kind():
