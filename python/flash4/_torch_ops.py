@@ -99,9 +99,14 @@ def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, soft
     else:
         out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, seq[0]), dtype=torch.float32)
-    # The library switches to q's device for the call itself; the outputs are allocated there explicitly.
-    _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
-               window_left, window_right, softcap, _stream(q), **_sequence_kwargs(seq))
+    # The library switches to q's device for the call itself; the outputs are allocated there explicitly. A dense
+    # call passes no keywords (the binding's defaults): parsing them costs host time on every call.
+    args = (to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
+            window_left, window_right, softcap, _stream(q))
+    if seq is _NO_SEQUENCES:
+        _C.forward(*args)
+    else:
+        _C.forward(*args, **_sequence_kwargs(seq))
     return out, lse
 
 
@@ -116,9 +121,13 @@ def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, w
         dsink = q.new_empty((sink.shape[0],), dtype=torch.float32)
     else:
         dsink = q.new_empty((0,), dtype=torch.float32) if empty_dsink else None
-    _C.backward(*(to_dlpack(t) for t in (dout, q, k, v, out, lse, dq, dk, dv)), softmax_scale, causal,
-                window_left, window_right, softcap, deterministic, _stream(q), **_sequence_kwargs(seq),
-                dsink=None if sink is None else to_dlpack(dsink))
+    args = (to_dlpack(dout), to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), to_dlpack(dq),
+            to_dlpack(dk), to_dlpack(dv), softmax_scale, causal, window_left, window_right, softcap, deterministic,
+            _stream(q))
+    if seq is _NO_SEQUENCES:  # a dense call without a sink: the binding's defaults, no keywords to parse
+        _C.backward(*args)
+    else:
+        _C.backward(*args, **_sequence_kwargs(seq), dsink=None if sink is None else to_dlpack(dsink))
     return dq, dk, dv, dsink
 
 
@@ -285,7 +294,8 @@ def _eager_forward(ctx, inputs, lse_is_output):
     given = inputs[_N_DENSE_INPUTS:]
     seq = tuple(given) + _NO_SEQUENCES[len(given):] if given else _NO_SEQUENCES
     out, lse = _run_forward(*inputs[:8], seq)
-    _setup_context(ctx, tuple(inputs[:_N_DENSE_INPUTS]) + seq, (out, lse), lse_is_output)
+    # A dense call saves its five tensors alone (_setup_context's short form).
+    _setup_context(ctx, inputs if not given else tuple(inputs[:_N_DENSE_INPUTS]) + seq, (out, lse), lse_is_output)
     ctx.n_inputs = len(inputs)  # backward returns one gradient per argument of apply()
     return out, lse
 
@@ -413,7 +423,8 @@ def sequence_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q
     seq = (_index_tensor(cu_seqlens_q, "cu_seqlens_q"), _index_tensor(cu_seqlens_k, "cu_seqlens_k"),
            _index_tensor(seqused_q, "seqused_q"), _index_tensor(seqused_k, "seqused_k"), max_seqlen_q,
            max_seqlen_k, _sink_tensor(learnable_sink))
-    if all(x is None for x in seq[:4]) and seq[6] is None and seq[4] == 0 and seq[5] == 0:
+    if (seq[0] is None and seq[1] is None and seq[2] is None and seq[3] is None and seq[6] is None and seq[4] == 0
+            and seq[5] == 0):
         return ()
     return seq
 
