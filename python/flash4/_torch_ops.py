@@ -115,7 +115,9 @@ def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, w
     """dq, dk, dv, dsink of the library's backward, allocated here (the body of flash4::bwd and of
     _EagerAttention). Without a sink dsink is an empty float32 tensor (the op's schema returns a tensor), or None
     when not empty_dsink."""
-    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    contiguous = torch.contiguous_format
+    dq, dk, dv = (torch.empty_like(q, memory_format=contiguous), torch.empty_like(k, memory_format=contiguous),
+                  torch.empty_like(v, memory_format=contiguous))
     sink = seq[6]
     if sink is not None:
         dsink = q.new_empty((sink.shape[0],), dtype=torch.float32)
