@@ -197,6 +197,26 @@ def kvcache_case(rng, case, device, seed):
         raise AssertionError(f"{what}: {e}") from None
 
 
+def run_mixed_counts(c, counts, extra_rows, call, device, what):
+    """call(c, counts, extra_rows) on `device` (c's tensors moved there for the call), each sequence's rows checked
+    against the fp64 model on the host (_check_mixed)."""
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    names = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "cache_batch_idx", "sink")
+    cpu = {name: getattr(c, name) for name in names}
+    for name, t in cpu.items():
+        setattr(c, name, None if t is None else t.to(device))
+    try:
+        out, lse = call(c, counts, extra_rows)
+    except NotImplementedError as e:
+        pytest.skip(f"{what}: not implemented on this GPU by flash4: {e}")
+    for name, t in cpu.items():
+        setattr(c, name, t)
+    try:
+        _check_mixed(c, counts, out.cpu(), lse.cpu())
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
 def paged_varlen_case(rng, case, device, seed):
     """flash_attn_varlen_func with block_table: a serving engine's step, decode sequences (1 query, or a few
     speculative ones) beside prefill chunks, or all alike (the uniform, synchronisation-free path)."""
@@ -215,20 +235,7 @@ def paged_varlen_case(rng, case, device, seed):
             f"h{heads}/{heads_kv} d{d} page {page_size} window={window} sink={sink}")
     c = KvCase(batch, max(counts), heads, heads_kv, cache_len, page_size=page_size, dtype=torch.float16,
                causal=True, window=window, sink=sink, head_dim=d, seed=seed * 1000 + case)
-    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
-    cpu = {name: getattr(c, name) for name in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "sink")}
-    for name, t in cpu.items():
-        setattr(c, name, None if t is None else t.to(device))
-    try:
-        out, lse = _mixed_paged_varlen(c, counts, extra_rows)
-    except NotImplementedError as e:
-        pytest.skip(f"{what}: not implemented on this GPU by flash4: {e}")
-    for name, t in cpu.items():
-        setattr(c, name, t)
-    try:
-        _check_mixed(c, counts, out.cpu(), lse.cpu())
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
+    run_mixed_counts(c, counts, extra_rows, _mixed_paged_varlen, device, what)
 
 
 def packed_kvcache_case(rng, case, device, seed):
@@ -251,21 +258,7 @@ def packed_kvcache_case(rng, case, device, seed):
     c = KvCase(batch, max(counts), heads, heads_kv, cache_len, page_size=page_size, dtype=torch.float16,
                causal=True, window=window, sink=sink, head_dim=d, cache_batch_idx=page_size == 0,
                seed=seed * 1000 + case)
-    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
-    names = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "cache_batch_idx", "sink")
-    cpu = {name: getattr(c, name) for name in names}
-    for name, t in cpu.items():
-        setattr(c, name, None if t is None else t.to(device))
-    try:
-        out, lse = _packed_kvcache(c, counts, extra_rows)
-    except NotImplementedError as e:
-        pytest.skip(f"{what}: not implemented on this GPU by flash4: {e}")
-    for name, t in cpu.items():
-        setattr(c, name, t)
-    try:
-        _check_mixed(c, counts, out.cpu(), lse.cpu())
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
+    run_mixed_counts(c, counts, extra_rows, _packed_kvcache, device, what)
 
 
 @pytest.mark.parametrize("device,case", SWEEP)
