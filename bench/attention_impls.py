@@ -7,17 +7,19 @@ autograd for the backward:
                                  (sdpa_bench.py --dv) runs on without a kernel of its own
   fa4                            FlashAttention-4's CuTe-DSL kernels (the `flash_attn.cute` module of the
                                  flash-attn-4 package; on the H200 its SM90 forward and backward)
+  fa4_nopack                     the same with pack_gqa=False (FA4 packs a GQA group's query heads into the
+                                 rows of one tile by default): what the packing is worth in its kernel
   cudnn, fa2                     PyTorch SDPA's cuDNN and flash (FlashAttention-2) backends
 
 This module imports nothing heavy at import time (names and argument checks work without torch or a GPU);
 load_impls imports what the requested implementations need and reports the versions it found.
 """
 
-IMPL_NAMES = ("flash4", "flash4_deterministic", "flash4_vpad", "fa4", "cudnn", "fa2")
+IMPL_NAMES = ("flash4", "flash4_deterministic", "flash4_vpad", "fa4", "fa4_nopack", "cudnn", "fa2")
 
 # Implementations that are optional packages: left out (with a note) when not importable, the rest still run.
 OPTIONAL = {"flash4": "flash4", "flash4_deterministic": "flash4", "flash4_vpad": "flash4",
-            "fa4": "flash_attn.cute (flash-attn-4)"}
+            "fa4": "flash_attn.cute (flash-attn-4)", "fa4_nopack": "flash_attn.cute (flash-attn-4)"}
 
 
 def parse_impls(text):
@@ -85,7 +87,7 @@ def load_impls(names, log):
             fns["flash4_vpad"] = flash4_vpad
         except Exception as e:  # optional: the SDPA backends are still worth timing
             log(f"flash4 left out: the flash4 package does not import ({type(e).__name__}: {e})")
-    if "fa4" in names:
+    if "fa4" in names or "fa4_nopack" in names:
         try:
             import flash_attn.cute as fa4_cute
             fa4_func = fa4_cute.flash_attn_func
@@ -97,6 +99,11 @@ def load_impls(names, log):
                 out = fa4_func(q, k, v, causal=causal)
                 return out[0] if isinstance(out, tuple) else out
             fns["fa4"] = fa4_fwd
+
+            def fa4_nopack_fwd(q, k, v, causal):
+                out = fa4_func(q, k, v, causal=causal, pack_gqa=False)
+                return out[0] if isinstance(out, tuple) else out
+            fns["fa4_nopack"] = fa4_nopack_fwd
         except Exception as e:
             log(f"fa4 left out: flash_attn.cute does not import ({type(e).__name__}: {str(e)[:200]}); "
                 "see docs/performance.md 'FlashAttention-4 as a peer' for installing it on the device")

@@ -562,6 +562,32 @@ def test_kvcache_packed_queries_clamp_malformed_device_offsets():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+def test_kvcache_check_offsets_env_on_cuda_tensors(monkeypatch):
+    # FLASH4_CHECK_OFFSETS=1 reads the device-resident indices on the host before the CUDA call: a well-formed
+    # call runs as without it (same output bit for bit), a page number past the pool is refused by name and nothing
+    # is written to the cache.
+    c = Case(3, 2, 4, 2, [20, 7, 45], seqlen_new=1, page_size=16, dtype=torch.float16, causal=True, seed=21)
+    cuda = {name: getattr(c, name).cuda() for name in ("q", "k", "v", "k_cache", "v_cache", "cache_seqlens",
+                                                       "block_table")}
+
+    def call(table, k_cache, v_cache):
+        return flash4.flash_attn_with_kvcache(cuda["q"], k_cache, v_cache, cuda["k"], cuda["v"],
+                                             cache_seqlens=cuda["cache_seqlens"], block_table=table, causal=True,
+                                             return_softmax_lse=True)
+
+    plain = call(cuda["block_table"], cuda["k_cache"].clone(), cuda["v_cache"].clone())
+    monkeypatch.setenv("FLASH4_CHECK_OFFSETS", "1")
+    checked = call(cuda["block_table"], cuda["k_cache"].clone(), cuda["v_cache"].clone())
+    assert all(torch.equal(a, b) for a, b in zip(plain, checked))
+    bad = cuda["block_table"].clone()
+    bad[2, 1] = c.k_cache.shape[0]
+    k_cache, v_cache = cuda["k_cache"].clone(), cuda["v_cache"].clone()
+    with pytest.raises(ValueError, match=r"block_table\[2\]\[1\] = .* but must be in \[0, "):
+        call(bad, k_cache, v_cache)
+    assert torch.equal(k_cache, cuda["k_cache"]) and torch.equal(v_cache, cuda["v_cache"])
+
+
 def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():
     # total_q = batch * max_seqlen_q, yet the segments are 2 and 1 queries and the last row lies in no sequence:
     # CPU offsets are compared exactly, so this batch is not run as the uniform (batch, 2) view.
