@@ -55,6 +55,32 @@ rm -rf "$prefix" "$build_dir/install-check"
     "$build_dir/install-check/flash4_install_check"
 } || install_status=1
 
+# ---- kernel resources: every GPU kernel's registers, stack, shared memory and spills against the record -----
+# (scripts/kernel_resources.py, tests/kernel_resources.json): a kernel that starts spilling fails here, no GPU needed.
+resources_status=0
+resources_summary="skipped: built without CUDA"
+if grep -q "^CMAKE_CUDA_COMPILER:[A-Z]*=." "$build_dir/CMakeCache.txt"; then
+  echo "== kernel resources (scripts/kernel_resources.py)"
+  cuobjdump=$(command -v cuobjdump || true)
+  [[ -z $cuobjdump && -x /usr/local/cuda/bin/cuobjdump ]] && cuobjdump=/usr/local/cuda/bin/cuobjdump
+  if [[ -z $cuobjdump ]]; then
+    # Toolkits installed without it: the same tools from PyPI (cuobjdump and the nvdisasm its -sass runs, 6 MB),
+    # pinned so that the disassembly stays comparable.
+    python3 -m pip install -q --target "$build_dir/tools" "nvidia-cuda-cuobjdump==13.5.37" \
+      "nvidia-cuda-nvdisasm==13.5.37" >/dev/null 2>&1 || true
+    cuobjdump=$(find "$build_dir/tools/nvidia" -path "*/bin/cuobjdump" 2>/dev/null | head -1)
+  fi
+  if [[ -n $cuobjdump ]]; then
+    python3 scripts/kernel_resources.py check "$build_dir/src/libflash4.a" --cuobjdump "$cuobjdump" \
+      >"$build_dir/kernel-resources.log" 2>&1 || resources_status=$?
+    cat "$build_dir/kernel-resources.log"
+    resources_summary=$(grep -E "^kernel_resources: [0-9]+ kernels" "$build_dir/kernel-resources.log" | tail -1 || true)
+    resources_summary="${resources_summary:-no summary} ($( ((resources_status)) && echo FAILED || echo passed))"
+  else
+    resources_summary="skipped: no cuobjdump (the toolkit lacks it and pip could not install nvidia-cuda-cuobjdump)"
+  fi
+fi
+
 # ---- Python tests -----------------------------------------------------------------------------------------
 echo "== python tests (scripts/test-python.sh)"
 python_status=0
@@ -99,10 +125,11 @@ echo
 echo "== summary"
 echo "C++ tests:     ${ctest_summary:-no summary (ctest exit $ctest_status)}"
 echo "install check: $([[ $install_status -eq 0 ]] && echo passed || echo FAILED)"
+echo "kernels:       $resources_summary"
 echo "Python tests:  $python_summary"
 echo "sanitizers:    $sanitizer_summary"
 echo "fuzzing:       $fuzz_summary"
-if ((ctest_status || install_status || python_status || sanitizer_status || fuzz_status)); then
+if ((ctest_status || install_status || resources_status || python_status || sanitizer_status || fuzz_status)); then
   echo "RESULT: FAILED"
   exit 1
 fi
