@@ -85,10 +85,37 @@ typedef struct flash4_backward_args {
   flash4_tensor dsink; /* optional output, fp32 (heads): the sink's gradient (needs learnable_sink) */
 } flash4_backward_args;
 
+/* flash4::KvCacheArgs (flash4/kvcache.h, which gives the shapes and semantics): new queries attend to a key /
+ * value cache, after k, v (when given) are appended to it in place. Start from flash4_kvcache_args_init. */
+typedef struct flash4_kvcache_args {
+  flash4_tensor q;
+  flash4_tensor k_cache, v_cache; /* contiguous, or a page pool with block_table; written when k, v are given */
+  flash4_tensor k, v;             /* optional new keys and values */
+  flash4_tensor rotary_cos, rotary_sin; /* optional, with k only */
+  flash4_tensor cache_seqlens;          /* optional int32 (batch) */
+  int64_t cache_seqlen;                 /* used without cache_seqlens; -1 = the whole cache */
+  flash4_tensor cache_batch_idx;        /* optional int32 (batch), contiguous caches only */
+  flash4_tensor cache_leftpad;          /* optional int32 (batch), contiguous caches only */
+  flash4_tensor block_table;            /* optional int32 (batch, max_pages): a paged cache */
+  flash4_tensor out;
+  flash4_tensor lse;            /* optional */
+  flash4_tensor learnable_sink; /* optional fp32 (heads) */
+  flash4_tensor cu_seqlens_q;   /* optional int32 (batch + 1): packed queries */
+  int64_t max_seqlen_q;         /* with cu_seqlens_q */
+  float softmax_scale;          /* 0 means 1/sqrt(head_dim) */
+  int32_t causal;
+  int32_t window_left, window_right; /* -1 = unbounded */
+  float softcap;                     /* 0 = off */
+  int32_t rotary_interleaved;
+  int32_t num_splits; /* 0 = automatic, else 1 .. 128 */
+} flash4_kvcache_args;
+
 /* The defaults of the C++ structs: empty tensors, scale 0 (default), no mask, no softcap, exp2 auto,
- * conditional rescale on, non-deterministic backward. */
+ * conditional rescale on, non-deterministic backward; for the KV cache the whole cache (cache_seqlen -1),
+ * interleaved rotary pairs and an automatic split count. */
 void flash4_forward_args_init(flash4_forward_args* args);
 void flash4_backward_args_init(flash4_backward_args* args);
+void flash4_kvcache_args_init(flash4_kvcache_args* args);
 
 /* A contiguous (row-major) view of rank 1 to 4 with the given shape (shape[rank] values are read). */
 flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device_kind, int32_t device_index,
@@ -98,9 +125,13 @@ flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device
 int flash4_can_implement_forward(const flash4_forward_args* args);
 int flash4_can_implement_backward(const flash4_backward_args* args);
 
-/* flash4::forward / backward; stream is a cudaStream_t (NULL = default stream), ignored on the CPU. */
+int flash4_can_implement_kvcache(const flash4_kvcache_args* args);
+
+/* flash4::forward / backward / forward_kvcache; stream is a cudaStream_t (NULL = default stream), ignored on the
+ * CPU. */
 int flash4_forward(const flash4_forward_args* args, void* stream);
 int flash4_backward(const flash4_backward_args* args, void* stream);
+int flash4_forward_kvcache(const flash4_kvcache_args* args, void* stream);
 
 /* 1 when a CUDA device usable by flash4 (sm_90) is present and the library was built with CUDA, else 0. */
 int flash4_cuda_available(int32_t device_index);

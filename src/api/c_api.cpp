@@ -6,6 +6,7 @@
 #include <string>
 
 #include "flash4/api.h"
+#include "flash4/kvcache.h"
 
 namespace flash4 {
 namespace {
@@ -135,6 +136,35 @@ BackwardArgs to_cpp(const flash4_backward_args& a) {
   return b;
 }
 
+KvCacheArgs to_cpp(const flash4_kvcache_args& a) {
+  KvCacheArgs c;
+  c.q = to_view(a.q);
+  c.k_cache = to_view(a.k_cache);
+  c.v_cache = to_view(a.v_cache);
+  c.k = to_view(a.k);
+  c.v = to_view(a.v);
+  c.rotary_cos = to_view(a.rotary_cos);
+  c.rotary_sin = to_view(a.rotary_sin);
+  c.cache_seqlens = to_view(a.cache_seqlens);
+  c.cache_seqlen = a.cache_seqlen;
+  c.cache_batch_idx = to_view(a.cache_batch_idx);
+  c.cache_leftpad = to_view(a.cache_leftpad);
+  c.block_table = to_view(a.block_table);
+  c.out = to_view(a.out);
+  c.lse = to_view(a.lse);
+  c.learnable_sink = to_view(a.learnable_sink);
+  c.cu_seqlens_q = to_view(a.cu_seqlens_q);
+  c.max_seqlen_q = a.max_seqlen_q;
+  c.softmax_scale = a.softmax_scale;
+  c.causal = a.causal != 0;
+  c.window_left = a.window_left;
+  c.window_right = a.window_right;
+  c.softcap = a.softcap;
+  c.rotary_interleaved = a.rotary_interleaved != 0;
+  c.num_splits = a.num_splits;
+  return c;
+}
+
 // A not-supported verdict becomes a status, like the errors.
 void require_support(const Support& s, const char* entry_point) {
   if (!s.ok) throw Error(Status::kNotSupported, std::string(entry_point) + ": " + s.reason);
@@ -185,6 +215,29 @@ void flash4_backward_args_init(flash4_backward_args* args) {
     *t = empty;
 }
 
+void flash4_kvcache_args_init(flash4_kvcache_args* args) {
+  if (args == nullptr) return;
+  const flash4::KvCacheArgs d;
+  const flash4_tensor empty = flash4::to_c(flash4::TensorView{});
+  *args = flash4_kvcache_args{};
+  for (flash4_tensor* t : {&args->q, &args->k_cache, &args->v_cache, &args->k, &args->v, &args->out})
+    *t = empty;
+  for (flash4_tensor* t : {&args->rotary_cos, &args->rotary_sin, &args->cache_seqlens, &args->cache_batch_idx,
+                           &args->cache_leftpad, &args->block_table, &args->learnable_sink, &args->cu_seqlens_q})
+    *t = empty;
+  args->lse = empty;
+  args->lse.rank = 3;
+  args->cache_seqlen = d.cache_seqlen;
+  args->max_seqlen_q = d.max_seqlen_q;
+  args->softmax_scale = d.softmax_scale;
+  args->causal = d.causal;
+  args->window_left = d.window_left;
+  args->window_right = d.window_right;
+  args->softcap = d.softcap;
+  args->rotary_interleaved = d.rotary_interleaved;
+  args->num_splits = d.num_splits;
+}
+
 flash4_tensor flash4_tensor_contiguous(void* data, int32_t dtype, int32_t device_kind, int32_t device_index,
                                        int32_t rank, const int64_t* shape) {
   flash4_tensor t{};
@@ -218,6 +271,13 @@ int flash4_can_implement_backward(const flash4_backward_args* args) {
   });
 }
 
+int flash4_can_implement_kvcache(const flash4_kvcache_args* args) {
+  return flash4::c_api_call([&] {
+    flash4::require_args(args, "flash4_can_implement_kvcache");
+    flash4::require_support(flash4::can_implement(flash4::to_cpp(*args)), "flash4_can_implement_kvcache");
+  });
+}
+
 int flash4_forward(const flash4_forward_args* args, void* stream) {
   return flash4::c_api_call([&] {
     flash4::require_args(args, "flash4_forward");
@@ -229,6 +289,13 @@ int flash4_backward(const flash4_backward_args* args, void* stream) {
   return flash4::c_api_call([&] {
     flash4::require_args(args, "flash4_backward");
     flash4::backward(flash4::to_cpp(*args), stream);
+  });
+}
+
+int flash4_forward_kvcache(const flash4_kvcache_args* args, void* stream) {
+  return flash4::c_api_call([&] {
+    flash4::require_args(args, "flash4_forward_kvcache");
+    flash4::forward_kvcache(flash4::to_cpp(*args), stream);
   });
 }
 

@@ -17,6 +17,80 @@ static void expect(int condition, const char* what) {
   }
 }
 
+/* A decode step through the KV-cache entry point: one query token per head attends to a cache of 5 keys after
+ * one new key is appended at position 5. All scores are equal, so out is the mean of the 6 values and lse =
+ * score + log 6. The same cache paged (pages of 4 rows, in the pool's reverse order) gives the same answer; an
+ * append past the cache's end is refused by name with the cache untouched. */
+static void kvcache_decode(void) {
+  enum { kCacheRows = 8, kKeys = 5, kPage = 4 };
+  static float q[kHeads * kDim], k_new[kHeadsKv * kDim], v_new[kHeadsKv * kDim], out[kHeads * kDim];
+  static float lse[kHeads], k_cache[kCacheRows * kHeadsKv * kDim], v_cache[kCacheRows * kHeadsKv * kDim];
+  static float k_pool[3 * kPage * kHeadsKv * kDim], v_pool[3 * kPage * kHeadsKv * kDim];
+  static int seqlens[1] = {kKeys}, table[2] = {2, 1};
+  const int64_t q_shape[4] = {1, 1, kHeads, kDim}, new_shape[4] = {1, 1, kHeadsKv, kDim};
+  const int64_t cache_shape[4] = {1, kCacheRows, kHeadsKv, kDim}, pool_shape[4] = {3, kPage, kHeadsKv, kDim};
+  const int64_t lse_shape[3] = {1, kHeads, 1}, one[1] = {1}, table_shape[2] = {1, 2};
+  const double score = 0.25 * kDim / sqrt((double)kDim), want_out = (kKeys * 0.25 + 1.0) / (kKeys + 1);
+  flash4_kvcache_args args;
+  int i, h, status;
+  for (i = 0; i < kHeads * kDim; ++i) q[i] = 0.5f;
+  for (i = 0; i < kHeadsKv * kDim; ++i) k_new[i] = 0.5f, v_new[i] = 1.0f;
+  for (i = 0; i < kCacheRows * kHeadsKv * kDim; ++i) /* rows past the keys hold a sentinel */
+    k_cache[i] = i < kKeys * kHeadsKv * kDim ? 0.5f : -7.0f, v_cache[i] = i < kKeys * kHeadsKv * kDim ? 0.25f : -7.0f;
+
+  flash4_kvcache_args_init(&args);
+  expect(args.cache_seqlen == -1 && args.num_splits == 0 && args.rotary_interleaved == 1, "KV-cache defaults");
+  args.q = flash4_tensor_contiguous(q, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, q_shape);
+  args.k_cache = flash4_tensor_contiguous(k_cache, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, cache_shape);
+  args.v_cache = flash4_tensor_contiguous(v_cache, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, cache_shape);
+  args.k = flash4_tensor_contiguous(k_new, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, new_shape);
+  args.v = flash4_tensor_contiguous(v_new, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, new_shape);
+  args.cache_seqlens = flash4_tensor_contiguous(seqlens, FLASH4_INT32, FLASH4_DEVICE_CPU, 0, 1, one);
+  args.out = flash4_tensor_contiguous(out, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, q_shape);
+  args.lse = flash4_tensor_contiguous(lse, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 3, lse_shape);
+  args.causal = 1;
+  expect(flash4_can_implement_kvcache(&args) == FLASH4_STATUS_OK, "can_implement on a valid KV-cache call");
+  status = flash4_forward_kvcache(&args, NULL);
+  expect(status == FLASH4_STATUS_OK, "KV-cache decode step with an append");
+  for (h = 0; status == FLASH4_STATUS_OK && h < kHeads; ++h) {
+    expect(fabs(out[h * kDim] - want_out) < 1e-6, "KV-cache out value");
+    expect(fabs(lse[h] - (score + log(kKeys + 1.0))) < 1e-5, "KV-cache lse value");
+  }
+  expect(v_cache[kKeys * kHeadsKv * kDim] == 1.0f && k_cache[kKeys * kHeadsKv * kDim] == 0.5f, "appended row");
+  expect(v_cache[(kKeys + 1) * kHeadsKv * kDim] == -7.0f, "rows past the append untouched");
+
+  /* Paged: sequence position j lives in page table[j / 4], row j % 4; pool page 0 is unused. */
+  for (i = 0; i < 3 * kPage * kHeadsKv * kDim; ++i) k_pool[i] = -7.0f, v_pool[i] = -7.0f;
+  for (i = 0; i < kKeys * kHeadsKv * kDim; ++i) {
+    const int per_page = kPage * kHeadsKv * kDim, at = table[i / per_page] * per_page + i % per_page;
+    k_pool[at] = 0.5f, v_pool[at] = 0.25f;
+  }
+  memset(out, 0, sizeof out);
+  args.k_cache = flash4_tensor_contiguous(k_pool, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, pool_shape);
+  args.v_cache = flash4_tensor_contiguous(v_pool, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, pool_shape);
+  args.block_table = flash4_tensor_contiguous(table, FLASH4_INT32, FLASH4_DEVICE_CPU, 0, 2, table_shape);
+  status = flash4_forward_kvcache(&args, NULL);
+  expect(status == FLASH4_STATUS_OK, "paged KV-cache decode step with an append");
+  for (h = 0; status == FLASH4_STATUS_OK && h < kHeads; ++h)
+    expect(fabs(out[h * kDim] - want_out) < 1e-6, "paged KV-cache out value");
+  expect(v_pool[(1 * kPage + 1) * kHeadsKv * kDim] == 1.0f, "appended row in page table[1], row 1");
+
+  /* Appending one key to a full contiguous cache: refused, named, nothing written. */
+  args.k_cache = flash4_tensor_contiguous(k_cache, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, cache_shape);
+  args.v_cache = flash4_tensor_contiguous(v_cache, FLASH4_FLOAT32, FLASH4_DEVICE_CPU, 0, 4, cache_shape);
+  {
+    flash4_kvcache_args fresh;
+    flash4_kvcache_args_init(&fresh);
+    args.block_table = fresh.block_table; /* absent again */
+  }
+  seqlens[0] = kCacheRows;
+  out[0] = -1.0f;
+  status = flash4_forward_kvcache(&args, NULL);
+  expect(status == FLASH4_STATUS_INVALID_ARGUMENT, "an append past the cache is an invalid argument");
+  expect(strstr(flash4_last_error(), "cache_seqlens") != NULL, "the message names cache_seqlens");
+  expect(out[0] == -1.0f && v_cache[(kCacheRows - 1) * kHeadsKv * kDim] == -7.0f, "nothing written on an error");
+}
+
 int main(void) {
   /* All-equal inputs: every output equals v's value and the LSE of row i is the (constant) score + log(i + 1). */
   static float q[kSeq * kHeads * kDim], k[kSeq * kHeadsKv * kDim], v[kSeq * kHeadsKv * kDim];
@@ -96,7 +170,9 @@ int main(void) {
     expect(status == FLASH4_STATUS_INVALID_ARGUMENT, "max_seqlen_q below a segment is an invalid argument");
     expect(strstr(flash4_last_error(), "max_seqlen_q") != NULL, "the message names max_seqlen_q");
   }
+  kvcache_decode();
   expect(flash4_forward(NULL, NULL) == FLASH4_STATUS_INVALID_ARGUMENT, "null args");
+  expect(flash4_forward_kvcache(NULL, NULL) == FLASH4_STATUS_INVALID_ARGUMENT, "null KV-cache args");
   expect(strcmp(flash4_status_string(FLASH4_STATUS_NOT_SUPPORTED), "not supported") == 0, "status string");
   expect(strlen(flash4_version()) > 0, "version");
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flash4/api.h"
+#include "flash4/kvcache.h"
 
 namespace flash4 {
 namespace {
@@ -252,6 +253,120 @@ TEST(CApi, Fp8ForwardMatchesTheCppApi) {
   f.k_descale.shape[1] = 3;
   EXPECT_EQ(flash4_forward(&f, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flash4_last_error()).find("k_descale.shape[1] (heads_kv) = 3"), std::string::npos);
+}
+
+// Every field of the KV-cache struct reaches the C++ call: a decode call that uses all of them (append, rotary,
+// cache rows, window, softcap, sink, scale, split count), then packed queries, each bit-identical to the C++ API.
+TEST(CApi, KvCacheMatchesTheCppApi) {
+  flash4_kvcache_args defaults;
+  flash4_kvcache_args_init(&defaults);
+  const KvCacheArgs cpp_defaults;
+  EXPECT_EQ(defaults.cache_seqlen, cpp_defaults.cache_seqlen);
+  EXPECT_EQ(defaults.num_splits, cpp_defaults.num_splits);
+  EXPECT_EQ(defaults.rotary_interleaved, 1);
+  EXPECT_EQ(defaults.window_left, -1);
+  EXPECT_EQ(defaults.lse.data, nullptr);
+
+  constexpr int64_t kBatch = 2, kSeqQ = 3, kNew = 2, kHeads = 4, kHeadsKv = 2, kDim = 16, kRows = 16, kRo = 32;
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal;
+  auto random = [&](int64_t n) {
+    std::vector<float> x(n);
+    for (float& e : x) e = normal(rng);
+    return x;
+  };
+  std::vector<float> q = random(kBatch * kSeqQ * kHeads * kDim), k_new = random(kBatch * kNew * kHeadsKv * kDim);
+  std::vector<float> v_new = random(k_new.size()), sink = random(kHeads), cos = random(kRo * 4), sin = random(kRo * 4);
+  const std::vector<float> cache0 = random(3 * kRows * kHeadsKv * kDim), vcache0 = random(cache0.size());
+  std::vector<int> seqlens = {7, 4}, rows = {2, 0};
+  auto c_view = [](void* data, int dtype, std::initializer_list<int64_t> shape) {
+    return flash4_tensor_contiguous(data, dtype, FLASH4_DEVICE_CPU, 0, static_cast<int32_t>(shape.size()),
+                                    shape.begin());
+  };
+  std::vector<float> k_cache = cache0, v_cache = vcache0, out(q.size()), lse(kBatch * kHeads * kSeqQ);
+  flash4_kvcache_args c = defaults;
+  c.q = c_view(q.data(), FLASH4_FLOAT32, {kBatch, kSeqQ, kHeads, kDim});
+  c.k_cache = c_view(k_cache.data(), FLASH4_FLOAT32, {3, kRows, kHeadsKv, kDim});
+  c.v_cache = c_view(v_cache.data(), FLASH4_FLOAT32, {3, kRows, kHeadsKv, kDim});
+  c.k = c_view(k_new.data(), FLASH4_FLOAT32, {kBatch, kNew, kHeadsKv, kDim});
+  c.v = c_view(v_new.data(), FLASH4_FLOAT32, {kBatch, kNew, kHeadsKv, kDim});
+  c.rotary_cos = c_view(cos.data(), FLASH4_FLOAT32, {kRo, 4});
+  c.rotary_sin = c_view(sin.data(), FLASH4_FLOAT32, {kRo, 4});
+  c.cache_seqlens = c_view(seqlens.data(), FLASH4_INT32, {kBatch});
+  c.cache_batch_idx = c_view(rows.data(), FLASH4_INT32, {kBatch});
+  c.out = c_view(out.data(), FLASH4_FLOAT32, {kBatch, kSeqQ, kHeads, kDim});
+  c.lse = c_view(lse.data(), FLASH4_FLOAT32, {kBatch, kHeads, kSeqQ});
+  c.learnable_sink = c_view(sink.data(), FLASH4_FLOAT32, {kHeads});
+  c.softmax_scale = 0.3f;
+  c.causal = 1;
+  c.window_left = 5;
+  c.window_right = 0;
+  c.softcap = 10.0f;
+  c.rotary_interleaved = 0;
+  c.num_splits = 3;
+  ASSERT_EQ(flash4_forward_kvcache(&c, nullptr), FLASH4_STATUS_OK) << flash4_last_error();
+
+  std::vector<float> cpp_k = cache0, cpp_v = vcache0, cpp_out(out.size()), cpp_lse(lse.size());
+  KvCacheArgs a;
+  a.q = make_view(q.data(), DType::kFloat32, Device::cpu(), kBatch, kSeqQ, kHeads, kDim);
+  a.k_cache = make_view(cpp_k.data(), DType::kFloat32, Device::cpu(), 3, kRows, kHeadsKv, kDim);
+  a.v_cache = make_view(cpp_v.data(), DType::kFloat32, Device::cpu(), 3, kRows, kHeadsKv, kDim);
+  a.k = make_view(k_new.data(), DType::kFloat32, Device::cpu(), kBatch, kNew, kHeadsKv, kDim);
+  a.v = make_view(v_new.data(), DType::kFloat32, Device::cpu(), kBatch, kNew, kHeadsKv, kDim);
+  a.rotary_cos = make_view(cos.data(), DType::kFloat32, Device::cpu(), kRo, 4);
+  a.rotary_sin = make_view(sin.data(), DType::kFloat32, Device::cpu(), kRo, 4);
+  a.cache_seqlens = make_view(seqlens.data(), DType::kInt32, Device::cpu(), kBatch);
+  a.cache_batch_idx = make_view(rows.data(), DType::kInt32, Device::cpu(), kBatch);
+  a.out = make_view(cpp_out.data(), DType::kFloat32, Device::cpu(), kBatch, kSeqQ, kHeads, kDim);
+  a.lse = make_view(cpp_lse.data(), DType::kFloat32, Device::cpu(), kBatch, kHeads, kSeqQ);
+  a.learnable_sink = make_view(sink.data(), DType::kFloat32, Device::cpu(), kHeads);
+  a.softmax_scale = 0.3f;
+  a.causal = true;
+  a.window_left = 5;
+  a.window_right = 0;
+  a.softcap = 10.0f;
+  a.rotary_interleaved = false;
+  a.num_splits = 3;
+  forward_kvcache(a);
+  EXPECT_EQ(out, cpp_out);
+  EXPECT_EQ(lse, cpp_lse);
+  EXPECT_EQ(k_cache, cpp_k);
+  EXPECT_EQ(v_cache, cpp_v);
+  EXPECT_NE(k_cache, cache0);  // the append happened
+
+  // Packed queries: counts 2 and 1 in rows 0..2 of q seen as (total_q, heads, d), no append.
+  std::vector<int> cu = {0, 2, 3};
+  flash4_kvcache_args p = defaults;
+  p.q = c_view(q.data(), FLASH4_FLOAT32, {3, kHeads, kDim});
+  p.k_cache = c.k_cache;
+  p.v_cache = c.v_cache;
+  p.cache_seqlens = c.cache_seqlens;
+  p.cache_batch_idx = c.cache_batch_idx;
+  p.out = c_view(out.data(), FLASH4_FLOAT32, {3, kHeads, kDim});
+  p.lse = c_view(lse.data(), FLASH4_FLOAT32, {kHeads, 3});
+  p.cu_seqlens_q = c_view(cu.data(), FLASH4_INT32, {3});
+  p.max_seqlen_q = 2;
+  p.causal = 1;
+  ASSERT_EQ(flash4_forward_kvcache(&p, nullptr), FLASH4_STATUS_OK) << flash4_last_error();
+  KvCacheArgs b;
+  b.q = make_view(q.data(), DType::kFloat32, Device::cpu(), 3, kHeads, kDim);
+  b.k_cache = a.k_cache;
+  b.v_cache = a.v_cache;
+  b.cache_seqlens = a.cache_seqlens;
+  b.cache_batch_idx = a.cache_batch_idx;
+  b.out = make_view(cpp_out.data(), DType::kFloat32, Device::cpu(), 3, kHeads, kDim);
+  b.lse = make_view(cpp_lse.data(), DType::kFloat32, Device::cpu(), kHeads, 3);
+  b.cu_seqlens_q = make_view(cu.data(), DType::kInt32, Device::cpu(), 3);
+  b.max_seqlen_q = 2;
+  b.causal = true;
+  forward_kvcache(b);
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 3 * kHeads * kDim),
+            std::vector<float>(cpp_out.begin(), cpp_out.begin() + 3 * kHeads * kDim));
+  EXPECT_EQ(std::vector<float>(lse.begin(), lse.begin() + kHeads * 3),
+            std::vector<float>(cpp_lse.begin(), cpp_lse.begin() + kHeads * 3));
+  p.max_seqlen_q = 1;  // below the first segment's count
+  EXPECT_EQ(flash4_forward_kvcache(&p, nullptr), FLASH4_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error()).find("max_seqlen_q"), std::string::npos) << flash4_last_error();
 }
 
 TEST(CApi, NamesAndVersion) {
