@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The Python layer's own host time per call: flash_attn_func forward, and forward + backward through autograd,
-and a flash_attn_with_kvcache decode step, with the native calls (_C.forward / _C.backward / _C.forward_kvcache)
-replaced by no-ops, beside a bare torch.autograd.Function that only allocates the same outputs (the floor any
-Python autograd path pays). Runs on any machine (CPU tensors, or
-CUDA ones with --device cuda); what it measures is the wrapper's argument handling, not the kernels.
+"""The Python layer's own host time per call: flash_attn_func forward (inputs that require grad, and inputs
+that do not: inference), and forward + backward through autograd, and a flash_attn_with_kvcache decode step,
+with the native calls (_C.forward / _C.backward / _C.forward_kvcache) replaced by no-ops, beside a bare
+torch.autograd.Function that only allocates the same outputs (the floor any Python autograd path pays). Runs on
+any machine (CPU tensors, or CUDA ones with --device cuda); what it measures is the wrapper's argument handling,
+not the kernels.
 
     python3 bench/python_host_path.py [--device cpu] [--calls 5000]
 """
@@ -61,6 +62,7 @@ def main():
     make = lambda: torch.randn(1, 128, 2, 64, device=args.device, dtype=torch.bfloat16,  # noqa: E731
                                requires_grad=True)
     q, k, v = make(), make(), make()
+    q0, k0, v0 = (x.detach() for x in (q, k, v))
     dout = torch.randn_like(q)
     # A decode step: 8 sequences, GQA 32 / 8, d = 128, int32 cache lengths.
     q1 = torch.randn(8, 1, 32, 128, device=args.device, dtype=torch.bfloat16)
@@ -69,6 +71,7 @@ def main():
     cache_seqlens = torch.full((8,), 1000, device=args.device, dtype=torch.int32)
     rows = {
         "flash4 forward": lambda: flash4.flash_attn_func(q, k, v, causal=True),
+        "flash4 forward, inputs without grad (inference)": lambda: flash4.flash_attn_func(q0, k0, v0, causal=True),
         "flash4 forward + backward": lambda: flash4.flash_attn_func(q, k, v, causal=True).backward(dout),
         "flash4 with_kvcache decode step": lambda: flash4.flash_attn_with_kvcache(q1, k_cache, v_cache,
                                                                                  cache_seqlens=cache_seqlens),

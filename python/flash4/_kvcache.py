@@ -137,5 +137,5 @@ def flash_attn_with_kvcache(
     out, lse = torch_side.call(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlen, cache_batch_idx, block_table,
         cache_leftpad, learnable_sink, scale, bool(causal), left, right, cap, bool(rotary_interleaved), num_splits,
-        cu_seqlens_q, max_seqlen_q if packed else 0)
+        cu_seqlens_q, max_seqlen_q if packed else 0, want_lse=bool(return_softmax_lse))
     return (out, lse) if return_softmax_lse else out

@@ -20,9 +20,10 @@ def _dl(t):
 
 def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen, cache_batch_idx,
                 block_table, cache_leftpad, learnable_sink, softmax_scale, causal, window_left, window_right,
-                softcap, rotary_interleaved, num_splits, cu_seqlens_q=None, max_seqlen_q=0):
-    """The call itself: out, lse. Eager callers use it directly (the custom op's dispatch costs host time on
-    every decode step) and bump the caches' versions when they append, as the op's mutates_args would."""
+                softcap, rotary_interleaved, num_splits, cu_seqlens_q=None, max_seqlen_q=0, want_lse=True):
+    """The call itself: out, lse (None when not want_lse: the kernels then write none). Eager callers use it
+    directly (the custom op's dispatch costs host time on every decode step) and bump the caches' versions when
+    they append, as the op's mutates_args would."""
     # Inputs need a unit stride in the last dimension, and on the GPU 16-byte aligned rows (copied where they
     # lack them, _gpu_layout); the caches are written in place, so they are not copied (the library refuses them
     # if their layout does not fit).
@@ -39,10 +40,10 @@ def run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens
         None if t is None else t.contiguous()
         for t in (cache_seqlens, cache_batch_idx, block_table, cache_leftpad, learnable_sink, cu_seqlens_q)]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32) if want_lse else None
     _C.forward_kvcache(to_dlpack(q), to_dlpack(k_cache), to_dlpack(v_cache), _dl(k), _dl(v), _dl(rotary_cos),
                        _dl(rotary_sin), _dl(cache_seqlens), cache_seqlen, _dl(cache_batch_idx), _dl(block_table),
-                       _dl(cache_leftpad), to_dlpack(out), to_dlpack(lse), _dl(learnable_sink), softmax_scale, causal,
+                       _dl(cache_leftpad), to_dlpack(out), _dl(lse), _dl(learnable_sink), softmax_scale, causal,
                        window_left, window_right, softcap, rotary_interleaved, num_splits, _stream(q),
                        _dl(cu_seqlens_q), max_seqlen_q)
     return out, lse
@@ -90,16 +91,16 @@ _TENSOR_ARGUMENTS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_
 _CU_SEQLENS_Q = 20  # its position
 
 
-def call(*args):
+def call(*args, want_lse=True):
     """flash4::fwd_kvcache where through_custom_op says (torch.compile, fake and meta tensors, dispatch modes)
     and for inputs that require grad (the op's autograd then says it has no backward); the plain call otherwise,
-    with the version bump of the caches an append makes."""
+    with the version bump of the caches an append makes, and lse None when not want_lse."""
     q, k_cache, v_cache, k = args[0], args[1], args[2], args[3]
     if (through_custom_op(**dict(zip(_TENSOR_ARGUMENTS[:8], args[:8])), **dict(zip(_TENSOR_ARGUMENTS[9:], args[9:13])),
                           cu_seqlens_q=args[_CU_SEQLENS_Q] if len(args) > _CU_SEQLENS_Q else None)
             or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]))):
         return fwd_kvcache(*args)
-    out_lse = run_kvcache(*args)
+    out_lse = run_kvcache(*args, want_lse=want_lse)
     if k is not None:
         torch.autograd.graph.increment_version((k_cache, v_cache))
     return out_lse
