@@ -201,6 +201,14 @@ TEST(DecodeRoute, PackedBatchesOfRaggedQueryCounts) {
   run_packed(varlen({2, 1}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
     s.pad_q = 3, s.nan_unused_queries = true;  // rows after the last segment
   }));
+  // total_q = batch * max_seqlen_q, yet a row is in no segment (counts 2 and 1 of 4 rows; and a CUDA-graph batch
+  // padded with an empty sequence): the offsets alone say which rows are over.
+  run_packed(varlen({2, 1}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.pad_q = 1, s.nan_unused_queries = true;
+  }));
+  run_packed(varlen({1, 1, 1, 0}, {40, 300, 7, 0}, 8, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.pad_q = 1, s.causal = true;
+  }));
   run_packed(varlen({3, 0, 16, 7, 1}, {500, 20, 4097, 0, 130}, 8, 2, 64, DType::kFloat16, [](VarlenSpec& s) {
     s.causal = true, s.sink = true;  // up to 64 rows per KV head: the 64-row tile and the combine kernel
   }));

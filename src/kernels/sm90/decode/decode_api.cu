@@ -306,9 +306,10 @@ void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t s
   run_attention(kv, packed_view(a.q, p.batch, p.seqlen_q, 0), packed_view(a.k, 1, p.total_k, p.total_k),
                 packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0),
                 packed_lse_view(a.lse), stream);
-  // Rows in no segment (after the last one) get out 0 and LSE -inf, as from the packed forward kernel; a batch
-  // of equal counts has none (total_q = batch * max_seqlen_q leaves no row over).
-  if (p.total_q != p.batch * p.seqlen_q) sm90::launch_forward_uncovered_rows(a, p, stream);
+  // Rows in no segment get out 0 and LSE -inf, as from the packed forward kernel. Which rows those are depends on
+  // the device-resident offsets: total_q = batch * max_seqlen_q does not mean equal counts (counts 2 and 0 of 4
+  // rows leave two over), so the clearing kernel runs on every packed call; it finds nothing in a full batch.
+  sm90::launch_forward_uncovered_rows(a, p, stream);
 }
 
 }  // namespace flash4::detail
