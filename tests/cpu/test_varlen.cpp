@@ -74,6 +74,9 @@ std::vector<VarlenSpec> varlen_cases() {
   c.push_back(varlen({40, 13}, {25, 70}, 4, 2, kF16, [](VarlenSpec& s) {  // unused rows after the segments
     s.pad_q = 9, s.pad_k = 5, s.sink = true;
   }));
+  c.push_back(varlen({}, {}, 4, 2, kBF16, [](VarlenSpec& s) {  // no sequence over tensors with rows: all in none
+    s.pad_q = 5, s.pad_k = 7, s.sink = true, s.nan_unused_keys = s.nan_unused_queries = true;
+  }));
   c.push_back(varlen({77, 1, 30}, {91, 45, 1}, 4, 2, kBF16, [](VarlenSpec& s) { s.layout = Layout::kStrided; }));
   c.push_back(varlen({33, 65}, {33, 65}, 2, 1, kBF16, [](VarlenSpec& s) {  // a dominant sink: rows mostly sink
     s.sink = true, s.sink_offset = 6.0, s.deterministic = true;

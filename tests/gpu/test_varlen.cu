@@ -108,6 +108,13 @@ TEST(VarlenGpuUnusedRows, NanRowsDoNotReachTheForward) {
       s.nan_unused_keys = s.nan_unused_queries = true;
     }));
   }
+  // A batch of no sequence (cu_seqlens = [0]) over tensors with rows: every row is in none (out 0, lse -inf, zero
+  // gradients), with a sink too (the forward returns before any kernel's grid would be empty).
+  const VarlenSpec none = varlen({}, {}, 4, 2, 128, kBF16, [](VarlenSpec& s) {
+    s.pad_q = 5, s.pad_k = 7, s.sink = true, s.nan_unused_keys = s.nan_unused_queries = true;
+  });
+  run_forward(none);
+  run_backward(none);
 }
 
 // The backward's last key tile of a sequence reads key rows no sequence uses (past seqused_k, after the last

@@ -226,7 +226,9 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   const bool masked = p.has_mask();
   const auto& q = args.q;
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.seqlen_k == 0 || p.total_k == 0) return launch_forward_no_keys(args, p, s);
+  // No key, or a packed batch of no sequence (cu_seqlens of one entry: every row is in none, and a kernel's grid
+  // would have no CTA): the rows are cleared, nothing else runs.
+  if (p.seqlen_k == 0 || p.total_k == 0 || p.batch == 0) return launch_forward_no_keys(args, p, s);
   if (q.dtype == DType::kFloat8E4M3) return cuda_forward_fp8(args, p, s);
   if (dense_decode_route(args, p)) return dense_decode_forward(args, p, s);  // decode-like: the split-KV kernel
   // Rows in no sequence (past seqused_q or the last packed segment) are cleared first; the kernel writes the rest.
