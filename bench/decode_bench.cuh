@@ -226,4 +226,32 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
   }
 }
 
+// --decode-route-sweep: where the KV-cache call should leave the decode kernel for the dense one. For query counts
+// around the route's bound (seqlen_q <= 16 and seqlen_q x group <= 64 rows per KV head: GQA 32/8 here, so 4 rows
+// a query), the library's route against the decode kernel forced by a zero cache_leftpad (which the dense route
+// refuses; no key moves), contiguous caches, causal.
+inline void run_route_sweep(int iters) {
+  for (const Row& r : {Row{8, 8192}, Row{1, 32768}, Row{32, 2048}}) {
+    for (int seqlen_q : {8, 16, 24, 32, 48, 64, 96, 128}) {
+      Caches caches(r, 0, seqlen_q);
+      int* zeros = nullptr;
+      CHECK(cudaMalloc(&zeros, r.batch * 4));
+      CHECK(cudaMemset(zeros, 0, r.batch * 4));
+      auto route = [&](int i) { flash4::forward_kvcache(caches.set(i % caches.count()).args); };
+      auto decode_kernel = [&](int i) {
+        flash4::KvCacheArgs a = caches.set(i % caches.count()).args;
+        a.cache_leftpad = flash4::make_view(zeros, flash4::DType::kInt32, flash4::Device::cuda(0), r.batch);
+        flash4::forward_kvcache(a);
+      };
+      for (int round = 0; round < 2; ++round) {  // alternating, so that drift hits both
+        print_row("flash4_kvcache_route", "contiguous", r, seqlen_q, 0,
+                  median_ms_of(caches.count(), iters, route) * 1e3, 0.0, 0.0);
+        print_row("flash4_kvcache_decode_kernel", "contiguous", r, seqlen_q, 0,
+                  median_ms_of(caches.count(), iters, decode_kernel) * 1e3, 0.0, 0.0);
+      }
+      CHECK(cudaFree(zeros));
+    }
+  }
+}
+
 }  // namespace decode_bench
