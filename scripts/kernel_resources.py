@@ -55,13 +55,39 @@ def run(cuobjdump, *args):
     return done.stdout
 
 
+_ANONYMOUS = re.compile(r"(\d+)_GLOBAL__N__")
+
+
+def stable_name(name):
+    """The mangled name with each anonymous namespace's identifier (_GLOBAL__N__<hash>_<n>_<file>_<hash>, the
+    hashes from the source's path) cut to its file, so that the record holds in any checkout."""
+    out, pos = [], 0
+    for m in _ANONYMOUS.finditer(name):
+        digits, start = m.group(1), m.start(1) + len(m.group(1))
+        for k in range(1, min(3, len(digits)) + 1):  # the length prefix: the last digits before it (no leading 0)
+            if digits[-k] == "0":
+                continue
+            length = int(digits[-k:])
+            ident = name[start:start + length]
+            if len(ident) == length and re.fullmatch(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+_[0-9a-f]+", ident):
+                break
+        else:
+            continue
+        f = re.match(r"_GLOBAL__N__[0-9a-f]+_(\d+)_", ident)
+        short = "_GLOBAL__N__" + ident[f.end():f.end() + int(f.group(1))]
+        out.append(name[pos:start - k] + f"{len(short)}{short}")
+        pos = start + length
+    out.append(name[pos:])
+    return "".join(out)
+
+
 def parse_res_usage(text):
     """{kernel: {registers, stack, shared, local}} from `cuobjdump -res-usage`."""
     kernels, name = {}, None
     for line in text.splitlines():
         m = re.match(r"\s*Function (\S+):\s*$", line)
         if m:
-            name = m.group(1)
+            name = stable_name(m.group(1))
             continue
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
         if m and name:
@@ -78,7 +104,7 @@ def count_spill_ops(text):
     for line in text.splitlines():
         m = re.match(r"\s*Function : (\S+)\s*$", line)
         if m:
-            name = m.group(1)
+            name = stable_name(m.group(1))
             counts[name] = 0
         elif name and re.search(r"\b(LDL|STL)(\.\w+)*\s", line):
             counts[name] += 1

@@ -47,6 +47,15 @@ def test_parsers_read_each_kernel():
     assert kr.count_spill_ops(SASS) == {"_Z3fwdv": 0, "_Z3bwdv": 2}  # LDS is shared memory, not a spill
 
 
+def test_anonymous_namespaces_keep_their_file_not_their_path_hashes():
+    # nvcc names an anonymous namespace after hashes of the source's path: another checkout, another name.
+    a = "_ZN6flash44sm9045_GLOBAL__N__34688def_12_fwd_empty_cu_6324cced14clear_all_rowsENS1_8RowsViewEPKflll"
+    b = "_ZN6flash44sm9045_GLOBAL__N__0badf00d_12_fwd_empty_cu_1234567814clear_all_rowsENS1_8RowsViewEPKflll"
+    want = "_ZN6flash44sm9024_GLOBAL__N__fwd_empty_cu14clear_all_rowsENS1_8RowsViewEPKflll"
+    assert kr.stable_name(a) == want and kr.stable_name(b) == want
+    assert kr.stable_name("_Z3fwdv") == "_Z3fwdv"
+
+
 def test_compare_flags_more_new_less_and_absent():
     base = {"registers": 168, "stack": 0, "shared": 0, "local": 0, "spill_ops": 0}
     record = {"a": base, "b": {**base, "spill_ops": 4}, "gone": base}
