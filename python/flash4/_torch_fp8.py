@@ -20,12 +20,13 @@ _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def _run(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal, window_left, window_right, softcap,
-         seq=_NO_SEQUENCES):
-    """out (bf16) and lse of the library's FP8 forward, allocated here (the body of flash4::fwd_fp8)."""
+         seq=_NO_SEQUENCES, want_lse=True):
+    """out (bf16) and lse of the library's FP8 forward, allocated here (the body of flash4::fwd_fp8); lse None
+    when not want_lse (the kernel then writes none)."""
     out = torch.empty(_out_shape(q, v), dtype=OUT_DTYPE, device=q.device)
-    lse = torch.empty(_lse_shape(q, seq[0]), dtype=torch.float32, device=q.device)
+    lse = torch.empty(_lse_shape(q, seq[0]), dtype=torch.float32, device=q.device) if want_lse else None
     dl = lambda t: None if t is None else to_dlpack(t)  # noqa: E731
-    _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse), softmax_scale, causal,
+    _C.forward(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), dl(lse), softmax_scale, causal,
                window_left, window_right, softcap, _stream(q), **_sequence_kwargs(seq), q_descale=dl(q_descale),
                k_descale=dl(k_descale), v_descale=dl(v_descale))
     return out, lse
@@ -115,5 +116,5 @@ def attention(q, k, v, descales, softmax_scale, causal, window_left, window_righ
     if through_custom_op(q=q, k=k, v=v, **dict(zip(_DESCALES, descales)), **_sequence_tensors(seq)):
         out, lse = torch.ops.flash4.fwd_fp8(q, k, v, *descales, *options, *seq)
     else:  # the op's body without its dispatch, whose host time would dominate small calls
-        out, lse = _run(q, k, v, *descales, *options, tuple(seq) + _NO_SEQUENCES[len(seq):])
+        out, lse = _run(q, k, v, *descales, *options, tuple(seq) + _NO_SEQUENCES[len(seq):], want_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -105,3 +105,14 @@ def test_kvcache_without_lse_equals_with_it(device, paged):
     packed = dict(cache_seqlens=lengths, block_table=table, causal=True, cu_seqlens_q=cu, max_seqlen_q=2)
     full, _ = flash4.flash_attn_with_kvcache(q[:, 0][:3], k_cache, v_cache, return_softmax_lse=True, **packed)
     assert torch.equal(flash4.flash_attn_with_kvcache(q[:, 0][:3], k_cache, v_cache, **packed), full)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_without_lse_equals_with_it(device):
+    # The FP8 forward (forward only) passes no LSE when none is asked for; the output is the same bit for bit.
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 300, n, 128, generator=g).to(device).to(torch.float8_e4m3fn) for n in (8, 2, 2))
+    descale = torch.full((2, 2), 0.5, device=device)
+    out, lse = flash4.flash_attn_func(q, k, v, causal=True, q_descale=descale, k_descale=descale, return_lse=True)
+    fast = flash4.flash_attn_func(q, k, v, causal=True, q_descale=descale, k_descale=descale)
+    assert torch.equal(fast, out) and torch.isfinite(lse).all()
