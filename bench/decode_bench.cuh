@@ -226,29 +226,64 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
   }
 }
 
-// --decode-route-sweep: where the KV-cache call should leave the decode kernel for the dense one. For query counts
-// around the route's bound (seqlen_q <= 16 and seqlen_q x group <= 64 rows per KV head: GQA 32/8 here, so 4 rows
-// a query), the library's route against the decode kernel forced by a zero cache_leftpad (which the dense route
-// refuses; no key moves), contiguous caches, causal.
+// --decode-route-sweep: where a KV-cache call should leave the decode kernel for the dense one. The route sends a
+// call to the decode kernel when seqlen_q <= 16 and seqlen_q x group <= 64 rows per KV head; beyond that the dense
+// kernel's 128-row tiles hold a group's few queries (at GQA 8:1 and 16 queries, 16 of 128 rows) and read K / V
+// once per query head. Per (cache, group, seqlen_q): the library's route against the decode kernel forced by a zero
+// cache_leftpad (which the dense route refuses; no key moves), contiguous caches, causal, two alternating rounds.
 inline void run_route_sweep(int iters) {
+  const flash4::Device dev = flash4::Device::cuda(0);
   for (const Row& r : {Row{8, 8192}, Row{1, 32768}, Row{32, 2048}}) {
-    for (int seqlen_q : {8, 16, 24, 32, 48, 64, 96, 128}) {
-      Caches caches(r, 0, seqlen_q);
-      int* zeros = nullptr;
-      CHECK(cudaMalloc(&zeros, r.batch * 4));
-      CHECK(cudaMemset(zeros, 0, r.batch * 4));
-      auto route = [&](int i) { flash4::forward_kvcache(caches.set(i % caches.count()).args); };
-      auto decode_kernel = [&](int i) {
-        flash4::KvCacheArgs a = caches.set(i % caches.count()).args;
-        a.cache_leftpad = flash4::make_view(zeros, flash4::DType::kInt32, flash4::Device::cuda(0), r.batch);
-        flash4::forward_kvcache(a);
-      };
-      for (int round = 0; round < 2; ++round) {  // alternating, so that drift hits both
-        print_row("flash4_kvcache_route", "contiguous", r, seqlen_q, 0,
-                  median_ms_of(caches.count(), iters, route) * 1e3, 0.0, 0.0);
-        print_row("flash4_kvcache_decode_kernel", "contiguous", r, seqlen_q, 0,
-                  median_ms_of(caches.count(), iters, decode_kernel) * 1e3, 0.0, 0.0);
+    for (int heads : {32, 64}) {  // GQA 4:1 and 8:1 over 8 KV heads
+      const size_t kv = size_t(r.batch) * r.seqlen * kHeadsKv * kHeadDim;
+      const int sets = static_cast<int>(std::max<size_t>(1, (200u << 20) / (4 * kv) + 1));
+      std::vector<__nv_bfloat16*> k(sets), v(sets);
+      for (int i = 0; i < sets; ++i) {
+        k[i] = random_bf16(kv, 300u + 2 * i);
+        v[i] = random_bf16(kv, 301u + 2 * i);
       }
+      int *lengths = nullptr, *zeros = nullptr;
+      const std::vector<int> host_lengths(r.batch, r.seqlen);
+      CHECK(cudaMalloc(&lengths, r.batch * 4));
+      CHECK(cudaMalloc(&zeros, r.batch * 4));
+      CHECK(cudaMemcpy(lengths, host_lengths.data(), r.batch * 4, cudaMemcpyHostToDevice));
+      CHECK(cudaMemset(zeros, 0, r.batch * 4));
+      for (int seqlen_q : {4, 8, 12, 16, 24, 32, 48, 64, 128}) {
+        const size_t q_elems = size_t(r.batch) * seqlen_q * heads * kHeadDim;
+        __nv_bfloat16* q = random_bf16(q_elems, 17u);
+        __nv_bfloat16* out = nullptr;
+        CHECK(cudaMalloc(&out, q_elems * 2));
+        auto args = [&](int i, bool forced) {
+          flash4::KvCacheArgs a;
+          a.q = flash4::make_view(q, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, heads, kHeadDim);
+          a.out = flash4::make_view(out, flash4::DType::kBFloat16, dev, r.batch, seqlen_q, heads, kHeadDim);
+          a.k_cache = flash4::make_view(k[i], flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
+          a.v_cache = flash4::make_view(v[i], flash4::DType::kBFloat16, dev, r.batch, r.seqlen, kHeadsKv, kHeadDim);
+          a.cache_seqlens = flash4::make_view(lengths, flash4::DType::kInt32, dev, r.batch);
+          if (forced) a.cache_leftpad = flash4::make_view(zeros, flash4::DType::kInt32, dev, r.batch);
+          a.causal = true;
+          return a;
+        };
+        const double kv_bytes = 4.0 * kv, flops = 4.0 * r.batch * heads * kHeadDim * double(seqlen_q) * r.seqlen;
+        for (int round = 0; round < 2; ++round) {  // alternating, so that drift hits both
+          for (bool forced : {false, true}) {
+            const double us = median_ms_of(sets, iters, [&](int i) { flash4::forward_kvcache(args(i, forced)); }) * 1e3;
+            std::printf("{\"bench\": \"decode_route\", \"impl\": \"%s\", \"b\": %d, \"s\": %d, \"sq\": %d, "
+                        "\"h\": %d, \"hkv\": %d, \"d\": %d, \"round\": %d, \"us\": %.2f, \"tbps\": %.3f, "
+                        "\"tflops\": %.1f}\n",
+                        forced ? "decode_kernel" : "route", r.batch, r.seqlen, seqlen_q, heads, kHeadsKv, kHeadDim,
+                        round, us, kv_bytes / us / 1e6, flops / us / 1e6);
+            std::fflush(stdout);
+          }
+        }
+        CHECK(cudaFree(q));
+        CHECK(cudaFree(out));
+      }
+      for (int i = 0; i < sets; ++i) {
+        CHECK(cudaFree(k[i]));
+        CHECK(cudaFree(v[i]));
+      }
+      CHECK(cudaFree(lengths));
       CHECK(cudaFree(zeros));
     }
   }
