@@ -1,5 +1,5 @@
-// The CPU forward's decode route: flash4::forward problems with few query rows per KV head (decode-like: at most
-// 16 queries, all of a KV head's query rows in one 64-row tile) run through the KV-cache path's split-KV
+// The CPU forward's decode route: flash4::forward problems with few query rows per KV head (decode-like:
+// common/decode_rows.h, the GPU's rule) run through the KV-cache path's split-KV
 // attention (kvcache_forward.cpp) with the keys as a contiguous cache and nothing appended. That path packs the
 // query heads of a KV head into one tile, reads each key once per KV head, takes decode scores as dot products
 // and splits the keys over the threads when the heads alone do not fill them; the forward's tile per query head
@@ -9,6 +9,7 @@
 // sequence gives the same bits packed or dense.
 #include "api/backends.h"
 #include "api/kvcache_backends.h"
+#include "common/decode_rows.h"
 #include "cpu/packed_rows.h"
 
 namespace flash4::detail {
@@ -35,7 +36,7 @@ bool cpu_decode_route(const ForwardArgs& args, const Problem& p) {
       p.v_descale.data != nullptr)
     return false;
   if (args.tuning.exp2 == Exp2Mode::kPolynomial || !args.tuning.conditional_rescale) return false;
-  return p.seqlen_q <= 16 && p.seqlen_q * p.group() <= 64 && p.seqlen_k > 0;
+  return decode_rows(p.seqlen_q, p.group()) && p.seqlen_k > 0;
 }
 
 void cpu_decode_forward(const ForwardArgs& args, const Problem& p) {

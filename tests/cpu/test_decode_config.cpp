@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/decode_rows.h"
 #include "common/kvcache_problem.h"
 #include "common/paged_keys.h"
 #include "kernels/sm90/decode/decode_config.h"
@@ -24,6 +25,15 @@ void check_tile() {
   EXPECT_LE(Tile::kMergeBytes, Tile::kPipeBytes);
   EXPECT_EQ(Tile::kWarpsM * Tile::kWarpsN, 4);
   EXPECT_EQ(Tile::kKeysPerWarp % 16, 0);
+}
+
+// The decode-like rule (common/decode_rows.h) that the forward's route, the KV-cache path and the CPU mirror share.
+TEST(DecodeConfig, DecodeRowsRule) {
+  using detail::decode_rows;
+  EXPECT_TRUE(decode_rows(1, 8) && decode_rows(16, 4) && decode_rows(8, 8) && decode_rows(1, 64));
+  EXPECT_FALSE(decode_rows(17, 1));  // too many queries for the decode kernel's bound
+  EXPECT_FALSE(decode_rows(9, 8));   // 72 rows per KV head
+  EXPECT_FALSE(decode_rows(1, 65));
 }
 
 TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {

@@ -1,5 +1,5 @@
-// The forward's decode route: flash4::forward problems with few query rows per KV head (decode-like: seqlen_q <= 16,
-// seqlen_q * group <= 64, every sequence with all its queries: dense, or packed with max_seqlen_q queries in every
+// The forward's decode route: flash4::forward problems with few query rows per KV head (decode-like:
+// common/decode_rows.h; every sequence with all its queries: dense, or packed with max_seqlen_q queries in every
 // segment; keys ragged through cu_seqlens_k / seqused_k as they may be) run on the split-KV decode kernel, which
 // reads each K/V byte once per KV head and spreads the keys over the SMs, instead of the 128-row forward tile.
 // Same semantics (mask aligned bottom-right, softcap, sink) and the LSE the backward needs.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/backends.h"
+#include "common/decode_rows.h"
 #include "fwd_configs.inc"  // generated: FLASH4_FWD_CONFIGS(X), the compiled (dtype, head_dim, masked) set
 #include "hw/sm90/tma_map.h"
 #include "kernels/cuda_check.h"
@@ -264,7 +265,7 @@ bool tma_rows(const TensorView& t) { return t.data == nullptr || tma_compatible(
 
 bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
-  if (s.seqlen_q <= 16 && s.seqlen_q * s.group() <= 64) return false;  // the decode kernel's rows
+  if (decode_rows(s.seqlen_q, s.group())) return false;  // the decode kernel's rows
   if (p.cache_leftpad != nullptr) return false;  // the dense kernel reads each sequence's keys from row 0
   // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
   // the 192 kernel yet).
