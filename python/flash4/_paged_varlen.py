@@ -76,15 +76,20 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     lengths_from = "seqused_k" if seqused_k is not None else "cu_seqlens_k's segment lengths"
     packed = not uniform and max_seqlen_q <= PACKED_MAX_QUERIES
     starts = None if uniform or packed else _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # synchronizes
+    # One call: the LSE only when asked for (the kernels then write none).
+    single = dict(options, return_softmax_lse=want_lse)
     try:
         if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
-            out, lse = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
-                                               block_table=block_table, **options)
+            res = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
+                                          block_table=block_table, **single)
+            out, lse = res if want_lse else (res, None)
             out = out.flatten(0, 1)
-            lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
+            if lse is not None:
+                lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
         elif packed:  # host offsets are checked by the library, device ones clamped
-            out, lse = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=block_table,
-                                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **options)
+            res = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=block_table,
+                                          cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **single)
+            out, lse = res if want_lse else (res, None)
         else:
             out, lse = _mixed_query_counts(q, k, v, starts, lengths, block_table, options)
     except (ValueError, TypeError) as e:  # the KV-cache call's names, told in this call's terms

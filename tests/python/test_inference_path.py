@@ -116,3 +116,19 @@ def test_fp8_without_lse_equals_with_it(device):
     out, lse = flash4.flash_attn_func(q, k, v, causal=True, q_descale=descale, k_descale=descale, return_lse=True)
     fast = flash4.flash_attn_func(q, k, v, causal=True, q_descale=descale, k_descale=descale)
     assert torch.equal(fast, out) and torch.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("counts", [[2, 2, 2], [2, 1, 0]])  # the uniform (batch, 2) view, packed queries
+def test_paged_varlen_without_lse_equals_with_it(device, counts):
+    dtype = _dtype(device)
+    g = torch.Generator().manual_seed(6)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    q, k_pool, v_pool = rnd(sum(counts), 8, 64), rnd(12, 16, 2, 64), rnd(12, 16, 2, 64)
+    table = torch.randperm(12, generator=g)[:9].view(3, 3).to(device=device, dtype=torch.int32)
+    cu = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    used = torch.tensor([40, 7, 33], dtype=torch.int32, device=device)
+    args = (q, k_pool, v_pool, cu, None, max(counts), 48)
+    kw = dict(seqused_k=used, block_table=table, causal=True)
+    full, lse = flash4.flash_attn_varlen_func(*args, return_lse=True, **kw)
+    assert torch.equal(flash4.flash_attn_varlen_func(*args, **kw), full) and lse.shape == (8, sum(counts))
