@@ -121,6 +121,15 @@ def refuse_unimplemented(dropout_p=0.0, alibi_slopes=None):
         raise NotImplementedError("flash4 does not implement ALiBi; alibi_slopes must be None")
 
 
+def check_schedule_hints(num_splits, pack_gqa, sm_margin):
+    """FlashAttention-3 / 4's scheduling keywords, taken so that their call sites run unchanged: checked for
+    type and range, then left to flash4's own schedule (the results do not depend on them)."""
+    _checks.integer("num_splits", num_splits, 0)
+    _checks.integer("sm_margin", sm_margin, 0)
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be None, True or False, got {type(pack_gqa).__name__}")
+
+
 def flash_attn_func(
     q,
     k,
@@ -139,6 +148,9 @@ def flash_attn_func(
     q_descale=None,
     k_descale=None,
     v_descale=None,
+    num_splits=1,
+    pack_gqa=None,
+    sm_margin=0,
 ):
     """Exact attention, keyword-compatible with flash-attn's flash_attn_func.
 
@@ -151,13 +163,16 @@ def flash_attn_func(
     denominator with no value; differentiable (its gradient is computed in float32).
     FP8 (FlashAttention 3's interface): q, k, v all torch.float8_e4m3fn, forward only, out bfloat16;
     q_descale / k_descale / v_descale (float32 (batch, heads_kv), None = 1) give the real inputs, e.g.
-    q[b, :, h] * q_descale[b, h // (heads // heads_kv)].
+    q[b, :, h] * q_descale[b, h // (heads // heads_kv)]. num_splits, pack_gqa, sm_margin: FlashAttention-3 / 4's
+    scheduling keywords, checked and otherwise left to flash4's own schedule (results do not depend on them).
 
     torch tensors (CPU or CUDA): differentiable, runs on the current CUDA stream, traceable by torch.compile.
     Other DLPack arrays (numpy: float32 and float16): forward only, on the CPU, or on the default stream for GPU
     arrays. Returns out (like q, with v's head dim) or (out, lse).
     """
     refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)
+    if num_splits != 1 or pack_gqa is not None or sm_margin != 0:
+        check_schedule_hints(num_splits, pack_gqa, sm_margin)
     want_lse = bool(return_lse or return_attn_probs)
     scale, left, right, cap = normalize_options(softmax_scale, window_size, softcap)
     descales = (q_descale, k_descale, v_descale)
@@ -206,6 +221,10 @@ def flash_attn_varlen_func(
     q_descale=None,
     k_descale=None,
     v_descale=None,
+    page_table=None,
+    num_splits=1,
+    pack_gqa=None,
+    sm_margin=0,
 ):
     """Exact attention over a packed batch of sequences of different lengths, keyword-compatible with
     flash-attn's flash_attn_varlen_func.
@@ -218,14 +237,22 @@ def flash_attn_varlen_func(
     each sequence. Rows in no sequence get out 0 (lse -inf) and zero gradients. Other options as in
     flash_attn_func (FP8 too: the descales' batch is the number of sequences); lse is (heads, total_q).
     block_table (int32 (batch, max_pages)): flash-attn 2's paged k, v (num_pages, page_size, heads_kv, head_dim),
-    forward only; cu_seqlens_k or seqused_k gives the keys per sequence (flash_attn_with_kvcache's problem). Batches
-    mixing query counts run as one call with packed queries while max_seqlen_q <= 16 (speculative verify steps
-    beside decode); with longer segments (prefill chunks beside decode steps) they read cu_seqlens_q on the host once.
+    forward only (page_table: FlashAttention-3 / 4's name for it); cu_seqlens_k or seqused_k gives the keys per
+    sequence (flash_attn_with_kvcache's problem). Batches mixing query counts run as one call with packed queries
+    while max_seqlen_q <= 16 (speculative verify steps beside decode); with longer segments (prefill chunks beside
+    decode steps) they read cu_seqlens_q on the host once.
     CPU offsets are checked; CUDA ones are clamped by the kernels (see docs/python.md); set FLASH4_CHECK_OFFSETS=1
     to check them on the host too (check_varlen_offsets).
     """
     max_seqlen_q = _checks.integer("max_seqlen_q", max_seqlen_q, 0)
     max_seqlen_k = _checks.integer("max_seqlen_k", max_seqlen_k, 0)
+    if num_splits != 1 or pack_gqa is not None or sm_margin != 0:
+        check_schedule_hints(num_splits, pack_gqa, sm_margin)
+    if page_table is not None:  # FlashAttention-3 / 4's name for block_table
+        if block_table is not None:
+            raise ValueError("block_table and page_table are both set; they are one argument (flash-attn 2's and "
+                             "3's names), give one")
+        block_table = page_table
     want_lse = bool(return_lse or return_attn_probs)
     if block_table is not None:  # flash-attn 2's paged keys and values (decode batches)
         refuse_unimplemented(dropout_p=dropout_p, alibi_slopes=alibi_slopes)

@@ -86,3 +86,29 @@ def test_documented_positional_order_and_returns():
     cu_q, cu_k = torch.tensor([0, 9], dtype=torch.int32), torch.tensor([0, 13], dtype=torch.int32)
     varlen = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 9, 13, 0.3, True, return_attn_probs=True)
     assert len(varlen) == 2 and torch.equal(varlen[0], out[0]) and varlen[1].shape == (4, 9)
+
+
+def test_flashattention_3_and_4_scheduling_keywords():
+    # FlashAttention 3 / 4 call sites pass num_splits, pack_gqa and sm_margin: taken, checked, and without effect
+    # on the result; page_table is their name for block_table.
+    q, k, v = _inputs()
+    plain = flash4.flash_attn_func(q, k, v, causal=True)
+    for hints in (dict(num_splits=1, pack_gqa=None, sm_margin=0), dict(num_splits=0, pack_gqa=True, sm_margin=8),
+                  dict(num_splits=4, pack_gqa=False)):
+        assert torch.equal(flash4.flash_attn_func(q, k, v, causal=True, **hints), plain)
+    with pytest.raises(ValueError, match=r"num_splits = -1 must be >= 0"):
+        flash4.flash_attn_func(q, k, v, num_splits=-1)
+    with pytest.raises(TypeError, match=r"pack_gqa must be None, True or False, got int"):
+        flash4.flash_attn_func(q, k, v, pack_gqa=1)
+    with pytest.raises(ValueError, match=r"sm_margin = -2 must be >= 0"):
+        flash4.flash_attn_func(q, k, v, sm_margin=-2)
+    cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 13], dtype=torch.int32)
+    varlen = flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 5, 7, causal=True)
+    assert torch.equal(flash4.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 5, 7, causal=True, num_splits=3,
+                                                     pack_gqa=True, sm_margin=4), varlen)
+    pages = torch.tensor([[0, 1, 2, 3, 4, 5, 5], [6, 7, 8, 9, 10, 11, 12]], dtype=torch.int32)
+    args = (q[0], k[0][:, None], v[0][:, None], cu_q, cu_k, 5, 7)
+    assert torch.equal(flash4.flash_attn_varlen_func(*args, causal=True, page_table=pages),
+                       flash4.flash_attn_varlen_func(*args, causal=True, block_table=pages))
+    with pytest.raises(ValueError, match="block_table and page_table are both set"):
+        flash4.flash_attn_varlen_func(*args, block_table=pages, page_table=pages)
