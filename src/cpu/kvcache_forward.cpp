@@ -232,7 +232,8 @@ TensorView query_rows(const TensorView& t, int64_t first, int64_t count) {
   v.rank = 4;
   v.shape[0] = 1, v.shape[1] = count, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
   v.stride[0] = 0, v.stride[1] = t.stride[0], v.stride[2] = t.stride[1], v.stride[3] = t.stride[2];
-  v.data = static_cast<char*>(t.data) + first * t.stride[0] * dtype_size(t.dtype);
+  // An empty tensor (heads or head_dim 0) may have no data: no offset from a null pointer.
+  if (t.data != nullptr) v.data = static_cast<char*>(t.data) + first * t.stride[0] * dtype_size(t.dtype);
   return v;
 }
 

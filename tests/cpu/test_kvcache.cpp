@@ -263,5 +263,21 @@ TEST(KvCache, PackedQueries) {
   }
 }
 
+// Packed queries over no head (q, out (total_q, 0, d), which may have no data): nothing to compute, no pointer
+// formed from a null base (the fuzzer's finding, replayed under the sanitizer preset).
+TEST(KvCache, PackedQueriesWithoutHeads) {
+  std::vector<float> cache(3 * 2 * 1 * 16, 1.0f);
+  std::vector<int> cu = {0, 5, 8}, lengths = {2, 1};
+  KvCacheArgs a;
+  a.q = make_view(nullptr, DType::kFloat32, Device::cpu(), 8, 0, 16);
+  a.out = make_view(nullptr, DType::kFloat32, Device::cpu(), 8, 0, 16);
+  a.k_cache = a.v_cache = make_view(cache.data(), DType::kFloat32, Device::cpu(), 3, 2, 1, 16);
+  a.cache_seqlens = make_view(lengths.data(), DType::kInt32, Device::cpu(), 2);
+  a.cu_seqlens_q = make_view(cu.data(), DType::kInt32, Device::cpu(), 3);
+  a.max_seqlen_q = 5;
+  ASSERT_TRUE(can_implement(a).ok) << can_implement(a).reason;
+  forward_kvcache(a);
+}
+
 }  // namespace
 }  // namespace flash4::test
