@@ -16,12 +16,12 @@ TensorView sequence_rows(const TensorView& t, bool packed, int64_t b, int64_t ro
     v.rank = 4;
     v.shape[0] = 1, v.shape[1] = rows, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
     v.stride[0] = rows * t.stride[0], v.stride[1] = t.stride[0], v.stride[2] = t.stride[1], v.stride[3] = 1;
-    v.data = static_cast<char*>(t.data) + row0 * t.stride[0] * elem;
+    if (t.data != nullptr) v.data = static_cast<char*>(t.data) + row0 * t.stride[0] * elem;
   } else {
     v.shape[0] = 1, v.shape[1] = rows;
-    v.data = static_cast<char*>(t.data) + (b * t.stride[0] + row0 * t.stride[1]) * elem;
+    if (t.data != nullptr) v.data = static_cast<char*>(t.data) + (b * t.stride[0] + row0 * t.stride[1]) * elem;
   }
-  return v;
+  return v;  // an empty tensor may have no data: its view keeps the null pointer
 }
 
 // The LSE rows of a sequence as a (1, heads, rows) view: packed (heads, total_q) by its row offset, dense
@@ -32,10 +32,10 @@ TensorView sequence_lse(const TensorView& lse, bool packed, int64_t b, int64_t r
   if (packed) {
     v.shape[0] = 1, v.shape[1] = lse.shape[0], v.shape[2] = rows;
     v.stride[0] = lse.shape[0] * lse.stride[0], v.stride[1] = lse.stride[0], v.stride[2] = 1;
-    v.data = static_cast<float*>(lse.data) + row0;
+    if (lse.data != nullptr) v.data = static_cast<float*>(lse.data) + row0;
   } else {
     v.shape[0] = 1, v.shape[2] = rows;
-    v.data = static_cast<float*>(lse.data) + b * lse.stride[0] + row0;
+    if (lse.data != nullptr) v.data = static_cast<float*>(lse.data) + b * lse.stride[0] + row0;
   }
   return v;
 }

@@ -274,7 +274,8 @@ void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p) {
     if (p.paged) sequence.block_table = p.block_table + b * p.block_table_stride;
     if (!p.paged && p.cache_batch_idx == nullptr) {  // sequence b's cache row b, as row 0 of a one-row cache
       for (TensorView* cache : {&one.k_cache, &one.v_cache}) {
-        cache->data = static_cast<char*>(cache->data) + b * cache->stride[0] * dtype_size(cache->dtype);
+        if (cache->data != nullptr)  // an empty cache may have no data: no offset from a null pointer
+          cache->data = static_cast<char*>(cache->data) + b * cache->stride[0] * dtype_size(cache->dtype);
         cache->shape[0] = 1;
       }
       sequence.num_slots = 1;
