@@ -10,21 +10,24 @@
 
 namespace flash4::test {
 
+ForwardArgs DeviceForward::args(const CaseSpec& spec, const AttentionTensors& t) const {
+  ForwardArgs a = t.forward_args(spec);
+  a.q = q.view();
+  a.k = k.view();
+  a.v = v.view();
+  a.out = out.view();
+  a.lse = lse.view();
+  if (sink) a.learnable_sink = sink->view();
+  return a;
+}
+
 void run_and_check_forward(const CaseSpec& spec, Launcher launch) {
   SCOPED_TRACE(spec.name());
   FLASH4_TEST_RNG(rng);
   AttentionTensors t = make_tensors(spec, rng, /*backward=*/false);
-  DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse);
-  std::optional<DeviceMirror> sink;
-  if (t.sink) sink.emplace(*t.sink);
-  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && (!sink || sink->ok()));
-  ForwardArgs args = t.forward_args(spec);
-  args.q = q.view();
-  args.k = k.view();
-  args.v = v.view();
-  args.out = out.view();
-  args.lse = lse.view();
-  if (sink) args.learnable_sink = sink->view();
+  DeviceForward dev(t);
+  ASSERT_TRUE(dev.ok());
+  const ForwardArgs args = dev.args(spec, t);
   const Support support = can_implement(args);
   ASSERT_TRUE(support.ok) << support.reason;
   if (launch != nullptr) {
@@ -33,8 +36,8 @@ void run_and_check_forward(const CaseSpec& spec, Launcher launch) {
     forward(args);
   }
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(out.download());
-  FLASH4_TEST_CUDA(lse.download());
+  FLASH4_TEST_CUDA(dev.out.download());
+  FLASH4_TEST_CUDA(dev.lse.download());
   EXPECT_TRUE(check_forward(spec, t, rng));
 }
 

@@ -23,6 +23,18 @@ void run_and_check_forward(const CaseSpec& spec, Launcher launch = nullptr);
 // backward is tested on its own.
 void reference_out_lse(const CaseSpec& spec, AttentionTensors& t);
 
+// The device copies of one case's forward tensors (q, k, v, out, lse, and the sink with spec.sink) and the
+// ForwardArgs that point at them.
+struct DeviceForward {
+  explicit DeviceForward(AttentionTensors& t) : q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse) {
+    if (t.sink) sink.emplace(*t.sink);
+  }
+  bool ok() const { return q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && (!sink || sink->ok()); }
+  ForwardArgs args(const CaseSpec& spec, const AttentionTensors& t) const;
+  DeviceMirror q, k, v, out, lse;
+  std::optional<DeviceMirror> sink;
+};
+
 // The device copies of one case's backward tensors and the BackwardArgs that point at them.
 // With spec.sink the learnable sink and its gradient travel too.
 struct DeviceCase {

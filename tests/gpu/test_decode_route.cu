@@ -16,6 +16,7 @@
 #include "common/tolerance_assertion.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
+#include "gpu_case_runs.h"
 #include "kernels/sm90/decode/decode_dense.h"
 #include "varlen_device.h"
 
@@ -30,19 +31,9 @@ void run_route(const CaseSpec& spec, bool backward = false) {
   SCOPED_TRACE(spec.name());
   FLASH4_TEST_RNG(rng);
   AttentionTensors t = make_tensors(spec, rng, backward);
-  DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse);
-  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok());
-  ForwardArgs args = t.forward_args(spec);
-  args.q = q.view();
-  args.k = k.view();
-  args.v = v.view();
-  args.out = out.view();
-  args.lse = lse.view();
-  std::unique_ptr<DeviceMirror> sink;
-  if (spec.sink) {
-    sink = std::make_unique<DeviceMirror>(*t.sink);
-    args.learnable_sink = sink->view();
-  }
+  DeviceForward dev(t);
+  ASSERT_TRUE(dev.ok());
+  const ForwardArgs args = dev.args(spec, t);
   const Support support = can_implement(args);
   // A slice build (FLASH4_DTYPES / FLASH4_HEAD_DIMS) lacks some kernels: those cases say so and are skipped.
   if (!support.ok && support.reason.find("not compiled") != std::string::npos) return;
@@ -50,23 +41,23 @@ void run_route(const CaseSpec& spec, bool backward = false) {
   ASSERT_TRUE(detail::dense_decode_route(args, detail::validate(args)));
   forward(args);
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(out.download());
-  FLASH4_TEST_CUDA(lse.download());
+  FLASH4_TEST_CUDA(dev.out.download());
+  FLASH4_TEST_CUDA(dev.lse.download());
   EXPECT_TRUE(check_forward(spec, t, rng));
   if (!backward) return;
   DeviceMirror dout(*t.dout), dq(*t.dq), dk(*t.dk), dv(*t.dv);
   ASSERT_TRUE(dout.ok() && dq.ok() && dk.ok() && dv.ok());
   BackwardArgs b = t.backward_args(spec);
-  b.q = q.view();
-  b.k = k.view();
-  b.v = v.view();
-  b.out = out.view();
-  b.lse = lse.view();
+  b.q = dev.q.view();
+  b.k = dev.k.view();
+  b.v = dev.v.view();
+  b.out = dev.out.view();
+  b.lse = dev.lse.view();
   b.dout = dout.view();
   b.dq = dq.view();
   b.dk = dk.view();
   b.dv = dv.view();
-  if (spec.sink) b.learnable_sink = sink->view();
+  if (dev.sink) b.learnable_sink = dev.sink->view();
   const Support bs = can_implement(b);
   ASSERT_TRUE(bs.ok) << bs.reason;
   flash4::backward(b);

@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <optional>
 #include <string>
 
 #include "common/attention_case.h"
 #include "common/test_rng.h"
 #include "device_mirror.h"
 #include "flash4/api.h"
+#include "gpu_case_runs.h"
 
 namespace flash4::test {
 namespace {
@@ -22,17 +22,10 @@ void run_both_ways(const CaseSpec& spec) {
   FLASH4_TEST_RNG(rng);
   AttentionTensors t = make_tensors(spec, rng, /*backward=*/false);
   HostTensor out_without = t.out;  // NaN-poisoned, as make_tensors leaves out
-  DeviceMirror q(t.q), k(t.k), v(t.v), out(t.out), lse(t.lse), out_b(out_without);
-  std::optional<DeviceMirror> sink;
-  if (t.sink) sink.emplace(*t.sink);
-  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && out.ok() && lse.ok() && out_b.ok());
-  ForwardArgs args = t.forward_args(spec);
-  args.q = q.view();
-  args.k = k.view();
-  args.v = v.view();
-  args.out = out.view();
-  args.lse = lse.view();
-  if (sink) args.learnable_sink = sink->view();
+  DeviceForward dev(t);
+  DeviceMirror out_b(out_without);
+  ASSERT_TRUE(dev.ok() && out_b.ok());
+  const ForwardArgs args = dev.args(spec, t);
   const Support support = can_implement(args);
   if (!support.ok && support.reason.find("not compiled") != std::string::npos) return;  // a slice build
   ASSERT_TRUE(support.ok) << support.reason;
@@ -43,7 +36,7 @@ void run_both_ways(const CaseSpec& spec) {
   ASSERT_TRUE(can_implement(without).ok);
   forward(without);
   FLASH4_TEST_CUDA(cudaDeviceSynchronize());
-  FLASH4_TEST_CUDA(out.download());
+  FLASH4_TEST_CUDA(dev.out.download());
   FLASH4_TEST_CUDA(out_b.download());
   ASSERT_EQ(t.out.storage_bytes(), out_without.storage_bytes());
   EXPECT_EQ(std::memcmp(t.out.data(), out_without.data(), t.out.storage_bytes()), 0)
