@@ -1,6 +1,6 @@
 """A randomized sweep of the GPU paths on shapes no other test lists: flash_attn_func (forward and backward),
 flash_attn_varlen_func and flash_attn_with_kvcache, each case drawn from a seeded generator (head dims every
-multiple of 8 up to 256 and the (192, 128) / (128, 64) splits, GQA ratios 1-8, odd lengths, causal, window,
+multiple of 8 up to 256 and the (192, 128) / (128, 64) splits, GQA ratios 1-8, 16 and 32, odd lengths, causal, window,
 softcap, the learnable sink, deterministic mode, paged and contiguous caches, appends, split counts) and judged
 against the float64 reference with the tolerance rule of attention_reference.py.
 
@@ -57,8 +57,11 @@ def masks(rng):
 
 
 def groups(rng):
+    """(heads, heads_kv): the models' GQA ratios (Qwen's 5 and 7 among them), sometimes one KV head for 16-32."""
+    if rng.random() < 0.1:
+        return int(rng.choice([16, 32])), 1
     heads_kv = int(rng.integers(1, 4))
-    return heads_kv * int(rng.choice([1, 1, 2, 3, 4, 8])), heads_kv
+    return heads_kv * int(rng.choice([1, 1, 2, 3, 4, 5, 6, 7, 8])), heads_kv
 
 
 def lengths(rng, high):
@@ -291,5 +294,6 @@ def test_the_sweep_draws_every_kind():
     rng = np.random.default_rng(SEEDS["cpu"])
     dims = {head_dims(rng) for _ in range(400)}
     assert (192, 128) in dims and (128, 64) in dims and any(d % 64 for d, _ in dims)
-    assert any(h != hkv for h, hkv in (groups(rng) for _ in range(50)))
+    ratios = {h // hkv for h, hkv in (groups(rng) for _ in range(400))}
+    assert {1, 5, 7, 8, 16, 32} <= ratios
     assert any(masks(rng)[0] for _ in range(50)) and any(masks(rng)[1] != (-1, -1) for _ in range(50))
