@@ -211,12 +211,13 @@ void clear_uncovered_query_rows(const TensorView& out, const TensorView& lse, co
 
 // A call with packed queries (cu_seqlens_q): q, out and lse as one batch entry in which sequence b's queries start
 // at cu_seqlens_q[b], on the decode kernel for any count (the dense kernel takes one count for the batch).
+// Rows in no segment are cleared by the decode kernel itself (decode_uncovered_rows.cuh); with no sequence at all
+// there is no kernel (a grid of no CTAs is no launch), so the clearing kernel does it.
 void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p, cudaStream_t s) {
   const Problem& pr = p.attention;
-  if (pr.batch > 0)  // no sequence: every row is in none (and a grid of no CTAs is no launch)
-    run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
-                  packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
-  clear_uncovered_query_rows(a.out, a.lse, pr, s);
+  if (pr.batch == 0) return clear_uncovered_query_rows(a.out, a.lse, pr, s);
+  run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
+                packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
 }
 
 }  // namespace
@@ -307,10 +308,8 @@ void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t s
   run_attention(kv, packed_view(a.q, p.batch, p.seqlen_q, 0), packed_view(a.k, 1, p.total_k, p.total_k),
                 packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0),
                 packed_lse_view(a.lse), stream);
-  // Rows in no segment get out 0 and LSE -inf, as from the packed forward kernel. Which rows those are depends on
-  // the device-resident offsets: total_q = batch * max_seqlen_q does not mean equal counts (counts 2 and 0 of 4
-  // rows leave two over), so the clearing kernel runs on every packed call; it finds nothing in a full batch.
-  sm90::launch_forward_uncovered_rows(a, p, stream);
+  // Rows in no segment get out 0 and LSE -inf, as from the packed forward kernel: the decode kernel clears them
+  // (decode_uncovered_rows.cuh; the forward runs no kernel for a batch of no sequence).
 }
 
 }  // namespace flash4::detail

@@ -11,6 +11,8 @@
 //      only on blocks that need it (the split's last block, and blocks crossing a window or causal edge);
 //   5. the epilogue (decode_epilogue.cuh): out and lse directly with one split, else a partial O and LSE, which
 //      the tile's last split CTA merges (decode_split_merge.cuh) or, for 64-row tiles, the combine kernel.
+// In a packed batch, the first CTA of each sequence also clears the rows no segment covers
+// (decode_uncovered_rows.cuh).
 // Shared memory (decode_config.h): stages (kStages, K | V, kBlockN, kHeadDim) 16-bit, Q (kBlockM, kHeadDim)
 // 16-bit (rows chunk-swizzled), row stats.
 // Nothing reads device-resident lengths, page numbers or cache rows unclamped (KvCacheProblem, PagedKeys), and no
@@ -28,6 +30,7 @@
 #include "kernels/sm90/decode/decode_epilogue.cuh"
 #include "kernels/sm90/decode/decode_load.cuh"
 #include "kernels/sm90/decode/decode_params.h"
+#include "kernels/sm90/decode/decode_uncovered_rows.cuh"
 #include "kernels/sm90/decode/decode_warp.cuh"
 
 namespace flash4::sm90::decode {
@@ -53,6 +56,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   // The sequence's queries (a packed batch's counts may differ): a tile past its rows has nothing to do, in every
   // split alike, so its split counter is never touched.
   const QuerySpan span = query_span(p.cu_seqlens_q, p.total_q, p.kv.attention.seqlen_q, b);
+  if (p.cu_seqlens_q != nullptr && blockIdx.x == 0 && hkv == 0) clear_rows_in_no_segment(p, b, span);
   const int rows_valid = min(Tile::kBlockM, static_cast<int>(span.count) * p.group - row0);
   if (rows_valid <= 0) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
