@@ -11,7 +11,7 @@
 namespace flash4::detail {
 
 inline constexpr int64_t kDecodeMaxQueries = 16;  // queries per sequence
-inline constexpr int64_t kDecodeMaxRows = 64;     // queries x the GQA group per KV head: one 64-row tile
+inline constexpr int64_t kDecodeMaxRows = 128;    // queries x the GQA group per KV head: two 64-row tiles
 
 FLASH4_HD constexpr bool decode_rows(int64_t seqlen_q, int64_t group) {
   return seqlen_q <= kDecodeMaxQueries && seqlen_q * group <= kDecodeMaxRows;

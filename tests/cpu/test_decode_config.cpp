@@ -30,10 +30,10 @@ void check_tile() {
 // The decode-like rule (common/decode_rows.h) that the forward's route, the KV-cache path and the CPU mirror share.
 TEST(DecodeConfig, DecodeRowsRule) {
   using detail::decode_rows;
-  EXPECT_TRUE(decode_rows(1, 8) && decode_rows(16, 4) && decode_rows(8, 8) && decode_rows(1, 64));
+  EXPECT_TRUE(decode_rows(1, 8) && decode_rows(16, 4) && decode_rows(16, 8) && decode_rows(1, 128));
   EXPECT_FALSE(decode_rows(17, 1));  // too many queries for the decode kernel's bound
-  EXPECT_FALSE(decode_rows(9, 8));   // 72 rows per KV head
-  EXPECT_FALSE(decode_rows(1, 65));
+  EXPECT_FALSE(decode_rows(9, 16));  // 144 rows per KV head
+  EXPECT_FALSE(decode_rows(1, 129));
 }
 
 TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {

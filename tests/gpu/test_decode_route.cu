@@ -76,6 +76,8 @@ TEST(DecodeRoute, MatchesReference) {
     run_route(make_spec(1, 1, 1000, 8, 1, d, dtype, true));            // GQA 8:1
     run_route(make_spec(3, 4, 777, 16, 2, d, dtype, true));            // 32 rows: the 64-row shape
     run_route(make_spec(1, 16, 300, 4, 1, d, dtype, true));            // 64 rows, seqlen_q < seqlen_k (bottom-right)
+    run_route(make_spec(2, 16, 5000, 16, 2, d, dtype, true));          // 128 rows: two 64-row tiles, GQA 8:1
+    run_route(make_spec(1, 11, 900, 11, 1, d, dtype, false));          // 121 rows, MQA
     run_route(make_spec(2, 3, 3, 2, 2, d, dtype, true));               // seqlen_q == seqlen_k
   }
   run_route(make_spec(1, 1, 100003, 4, 1, 128, DType::kBFloat16, false));  // many splits
@@ -253,7 +255,7 @@ TEST(DecodeRoute, CorruptQueryOffsetsStayInBounds) {
 TEST(DecodeRoute, PackedBatchesItLeaves) {
   FLASH4_REQUIRE_GPU();
   run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.seqused_q = {1, 2}; }), false);
-  run_packed(varlen({16, 3}, {40, 300}, 16, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
+  run_packed(varlen({16, 3}, {40, 300}, 32, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
 }
 
 }  // namespace
