@@ -1,5 +1,5 @@
 // flash_attn_with_kvcache's prefill route: a KV-cache call with many query rows per KV head (chunked prefill,
-// long speculative chunks: more than the decode kernel's 16 queries or 64 rows per KV head, as the dense
+// long speculative chunks: more than the decode kernel's 16 queries or 128 rows per KV head, as the dense
 // forward's decode route decides the other way) runs the dense forward kernel over the cache. Its producer takes
 // each K/V tile from the sequence's cache row or pages (FwdParams::kv), and each sequence attends to its cache
 // length plus the appended keys, bottom-right aligned, as on the decode kernel.
