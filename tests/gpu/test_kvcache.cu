@@ -177,7 +177,20 @@ TEST(KvCacheGpu, SpeculativeAndChunked) {
   }));
 }
 
-// Many query rows per KV head (chunked prefill: more than 16 queries or 64 rows per KV head) run the dense
+// The decode kernel above the route's bound (17-64 queries a sequence, up to 256 rows per KV head): a cache_leftpad
+// of zeros keeps a call off the dense kernel, which is how a rule that knows the batch would send one long
+// cache's speculative or chunked steps there (two to four 64-row tiles per KV head, the causal edge inside them).
+TEST(KvCacheGpu, DecodeKernelAboveTheRouteBound) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t sq : {17, 24, 64})
+    run_case(with(gpu_kv_spec(2, sq, 16, 4, {3000, sq == 64 ? 70 : 900}), [sq](KvCaseSpec& s) {
+      s.leftpad = {0, 0};
+      s.causal = true;
+      s.num_splits = sq == 24 ? 3 : 0;
+    }));
+}
+
+// Many query rows per KV head (chunked prefill: more than 16 queries or 128 rows per KV head) run the dense
 // forward kernel over the cache (fwd_kvcache.h): contiguous (cache_batch_idx, a scalar length) and paged caches
 // whose pages hold whole K/V tiles, pages of 16 / 64 (the decode kernel's), appends with rotary, masks, softcap
 // and the sink, cache lengths 0 and 1, every head dim and both dtypes. The caches hold NaN past each sequence's
