@@ -6,35 +6,26 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 
+#include "kernels/sm90/clear_rows.cuh"
 #include "kernels/sm90/decode/decode_config.h"
 #include "kernels/sm90/decode/decode_params.h"
 
 namespace flash4::sm90::decode {
 
 // Called by every thread of the CTA of (split 0, KV head 0, row tile 0) of sequence b, whose queries are `span`.
-// Offsets are clamped as query_span clamps them, so corrupt device-resident values write nothing out of bounds.
+// Offsets are clamped as query_span's are, so corrupt device-resident values write nothing out of bounds.
 __device__ __forceinline__ void clear_rows_in_no_segment(const DecodeParams& p, int64_t b, const QuerySpan& span) {
   const int64_t batch = p.kv.attention.batch;
-  const auto clamp = [&](int64_t x) { return x < 0 ? int64_t{0} : x > p.total_q ? p.total_q : x; };
   const int64_t first = span.first + span.count;
-  const int64_t end = b + 1 < batch ? clamp(p.cu_seqlens_q[b + 1]) : p.total_q;
+  const int64_t end = b + 1 < batch ? clamped_query_offset(p.cu_seqlens_q, p.total_q, b + 1) : p.total_q;
   if (first >= end) return;
-  // 32-bit counters: heads * head_dim is below 2^31 (the launch checks batch * seqlen_q * heads < 2^31, d <= 256).
-  const int heads = static_cast<int>(p.kv.attention.heads), cols = p.head_dim;
-  // Zero bits are +0.0 in bf16 and fp16; out's batch stride is 0 in a packed call (one batch entry).
-  uint16_t* out = static_cast<uint16_t*>(p.out);
-  // Cold code (no row in a well-formed batch): loops kept rolled, out of the kernel's instruction cache's way.
+  const sm90::RowsView out{static_cast<uint16_t*>(p.out), 0, p.out_stride_s, p.out_stride_h, p.head_dim};
+  const sm90::LseView lse{p.lse, 0, p.lse_stride_h};  // packed: (heads, total_q), one batch entry
 #pragma unroll 1
-  for (int64_t row = first; row < end; ++row) {
-#pragma unroll 1
-    for (int i = static_cast<int>(threadIdx.x); i < heads * cols; i += kThreads)
-      out[row * p.out_stride_s + (i / cols) * p.out_stride_h + i % cols] = 0;
-    if (p.lse != nullptr)
-      for (int h = static_cast<int>(threadIdx.x); h < heads; h += kThreads) p.lse[h * p.lse_stride_h + row] = -INFINITY;
-  }
+  for (int64_t row = first; row < end; ++row)
+    sm90::clear_row(out, lse, nullptr, 0, row, p.kv.attention.heads, static_cast<int>(threadIdx.x), kThreads);
 }
 
 }  // namespace flash4::sm90::decode

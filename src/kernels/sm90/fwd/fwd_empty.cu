@@ -1,44 +1,19 @@
 #include "kernels/sm90/fwd/fwd_empty.h"
 
-#include <cmath>
-
 #include "kernels/cuda_check.h"
+#include "kernels/sm90/clear_rows.cuh"
 
 namespace flash4::sm90 {
 namespace {
 
-// Strides of an attention tensor seen as (batch, seqlen, heads, head_dim): a packed (total, heads, head_dim)
-// tensor is one batch entry.
-struct RowsView {
-  uint16_t* data;
-  int64_t stride_b, stride_s, stride_h, head_dim;
-};
 RowsView rows_view(const TensorView& t) {
   if (t.rank == 3) return {static_cast<uint16_t*>(t.data), 0, t.stride[0], t.stride[1], t.shape[2]};
   return {static_cast<uint16_t*>(t.data), t.stride[0], t.stride[1], t.stride[2], t.shape[3]};
 }
-// The LSE seen as (batch, heads, seqlen): packed (heads, total_q) is one batch entry.
-struct LseView {
-  float* data;  // null = no LSE requested
-  int64_t stride_b, stride_h;
-};
 LseView lse_view(const TensorView& t) {
   if (t.data == nullptr) return {nullptr, 0, 0};
   if (t.rank == 2) return {static_cast<float*>(t.data), 0, t.stride[0]};
   return {static_cast<float*>(t.data), t.stride[0], t.stride[1]};
-}
-
-// Row `row` of batch entry b, every head: out = 0 (zero bits are +0.0 in bf16 and fp16), LSE = the sink or -inf
-// (a row of a sequence without keys sees only its sink; a row in no sequence gets -inf).
-__device__ void clear_row(const RowsView& o, const LseView& l, const float* sink, int64_t b, int64_t row,
-                          int64_t heads, int thread, int threads) {
-  for (int64_t i = thread; i < heads * o.head_dim; i += threads) {
-    const int64_t h = i / o.head_dim, col = i % o.head_dim;
-    o.data[b * o.stride_b + row * o.stride_s + h * o.stride_h + col] = 0;
-  }
-  if (l.data != nullptr)
-    for (int64_t h = thread; h < heads; h += threads)
-      l.data[b * l.stride_b + h * l.stride_h + row] = sink != nullptr ? sink[h] : -INFINITY;
 }
 
 // Every row of every batch entry: grid-stride over (batch, seqlen) rows.
