@@ -162,19 +162,24 @@ struct DenseTensors {
   DeviceTensor q, k, v, out, lse;
 };
 
+// A bf16 forward's out and LSE of problem `p` against its fp64 reference on inputs q, k, v.
+::testing::AssertionResult forward_matches_reference(const detail::Problem& p, const std::vector<double>& q,
+                                                     const std::vector<double>& k, const std::vector<double>& v,
+                                                     const std::vector<double>& out, const std::vector<double>& lse) {
+  const ForwardResult ref = reference_forward(p, q, k, v);
+  const ForwardResult naive = naive_forward(p, kBF16, q, k, v);
+  auto res = within_tolerance("out", out, ref.out, naive.out, kBF16);
+  if (!res) return res;
+  return within_tolerance("lse", lse, ref.lse, naive.lse, kF32);
+}
+
 // out and LSE of the last entry against the fp64 reference of that entry.
 ::testing::AssertionResult check_last_entry_forward(const DenseTensors& t, bool causal) {
   const Shape& s = t.s;
   const int64_t b = s.batch - 1;
-  const detail::Problem p = t.entry_problem(causal);
-  const std::vector<double> q = t.entry_q(b), k = t.entry_k(b), v = t.entry_v(b);
-  const ForwardResult ref = reference_forward(p, q, k, v);
-  const ForwardResult naive = naive_forward(p, kBF16, q, k, v);
-  const std::vector<double> out = t.out.slice_to_double(b * s.q_entry(), t.q_rows());
-  const std::vector<double> lse = t.lse.slice_to_double(b * s.lse_entry(), lse_shape(s.heads, s.seqlen_q));
-  auto res = within_tolerance("out", out, ref.out, naive.out, kBF16);
-  if (!res) return res;
-  return within_tolerance("lse", lse, ref.lse, naive.lse, kF32);
+  return forward_matches_reference(t.entry_problem(causal), t.entry_q(b), t.entry_k(b), t.entry_v(b),
+                                   t.out.slice_to_double(b * s.q_entry(), t.q_rows()),
+                                   t.lse.slice_to_double(b * s.lse_entry(), lse_shape(s.heads, s.seqlen_q)));
 }
 
 // Forward, then the backward of the whole batch on the last entry's fp64 reference out and LSE (the other
@@ -302,12 +307,8 @@ TEST_P(LargeOffsetsDecodeGpu, SplitPartialsPastInt32Offsets) {
   const detail::Problem p = make_problem(shape);
   const std::vector<double> qd = q.slice_to_double(b * seqlen_q * kHeads * kD, shape.q);
   const std::vector<double> kd = k_cache.slice_to_double(0, shape.k), vd = v_cache.slice_to_double(0, shape.v);
-  const ForwardResult ref = reference_forward(p, qd, kd, vd);
-  const ForwardResult naive = naive_forward(p, kBF16, qd, kd, vd);
-  EXPECT_TRUE(within_tolerance("out", out.slice_to_double(b * seqlen_q * kHeads * kD, shape.out), ref.out, naive.out,
-                               kBF16));
-  EXPECT_TRUE(
-      within_tolerance("lse", lse.slice_to_double(b * kHeads * seqlen_q, shape.lse), ref.lse, naive.lse, kF32));
+  EXPECT_TRUE(forward_matches_reference(p, qd, kd, vd, out.slice_to_double(b * seqlen_q * kHeads * kD, shape.out),
+                                        lse.slice_to_double(b * kHeads * seqlen_q, shape.lse)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, LargeOffsetsDecodeGpu,
