@@ -227,13 +227,13 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
 }
 
 // --decode-route-sweep: where a KV-cache call should leave the decode kernel for the dense one. The route sends a
-// call to the decode kernel when seqlen_q <= 16 and seqlen_q x group <= 64 rows per KV head; beyond that the dense
-// kernel's 128-row tiles hold a group's few queries (at GQA 8:1 and 16 queries, 16 of 128 rows) and read K / V
-// once per query head. Per (cache, group, seqlen_q): the library's route against the decode kernel forced by a zero
+// call to the decode kernel when seqlen_q <= 16 and seqlen_q x group <= 128 rows per KV head, or when the dense
+// kernel's batch x heads CTAs fill at most half the SMs over 16k keys or more (common/decode_rows.h); beyond that
+// the dense kernel's 128-row tiles hold a group's few queries and read K / V once per query head. Per (cache, group, seqlen_q): the library's route against the decode kernel forced by a zero
 // cache_leftpad (which the dense route refuses; no key moves), contiguous caches, causal, two alternating rounds.
 inline void run_route_sweep(int iters) {
   const flash4::Device dev = flash4::Device::cuda(0);
-  for (const Row& r : {Row{8, 8192}, Row{1, 32768}, Row{32, 2048}}) {
+  for (const Row& r : {Row{8, 8192}, Row{1, 32768}, Row{32, 2048}, Row{1, 16384}, Row{2, 16384}, Row{4, 16384}}) {
     for (int heads : {32, 64}) {  // GQA 4:1 and 8:1 over 8 KV heads
       const size_t kv = size_t(r.batch) * r.seqlen * kHeadsKv * kHeadDim;
       const int sets = static_cast<int>(std::max<size_t>(1, (200u << 20) / (4 * kv) + 1));

@@ -17,4 +17,18 @@ FLASH4_HD constexpr bool decode_rows(int64_t seqlen_q, int64_t group) {
   return seqlen_q <= kDecodeMaxQueries && seqlen_q * group <= kDecodeMaxRows;
 }
 
+// The GPU's second case: a few long caches with up to 64 queries each (speculative or chunked steps). The dense
+// kernel gives each (sequence, query head) one CTA that walks every key, so batch x heads CTAs at most half the SMs
+// leave the rest idle, while the decode kernel spreads the keys over all of them (up to four 64-row tiles per KV
+// head). Not mirrored by the CPU path, whose threads are not the SMs.
+inline constexpr int64_t kDecodeFewCtasMaxQueries = 64;
+inline constexpr int64_t kDecodeFewCtasMaxRows = 256;
+inline constexpr int64_t kDecodeFewCtasMinKeys = 16384;
+
+FLASH4_HD constexpr bool decode_rows_on_few_ctas(int64_t seqlen_q, int64_t group, int64_t batch, int64_t heads,
+                                                 int64_t seqlen_k, int64_t sm_count) {
+  return seqlen_q <= kDecodeFewCtasMaxQueries && seqlen_q * group <= kDecodeFewCtasMaxRows &&
+         seqlen_k >= kDecodeFewCtasMinKeys && 2 * batch * heads <= sm_count;
+}
+
 }  // namespace flash4::detail

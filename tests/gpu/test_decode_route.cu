@@ -81,6 +81,11 @@ TEST(DecodeRoute, MatchesReference) {
     run_route(make_spec(2, 3, 3, 2, 2, d, dtype, true));               // seqlen_q == seqlen_k
   }
   run_route(make_spec(1, 1, 100003, 4, 1, 128, DType::kBFloat16, false));  // many splits
+  // Few CTAs for the dense kernel (batch x heads at most half the SMs) over long caches: up to 64 queries and
+  // 256 rows per KV head on the decode kernel (decode_rows_on_few_ctas), causal edge across the row tiles.
+  run_route(make_spec(1, 24, 20000, 16, 4, 128, DType::kBFloat16, true));  // 96 rows
+  run_route(make_spec(1, 64, 16384, 8, 2, 64, DType::kFloat16, true));     // 256 rows, seqlen_k at the bound
+  run_route(make_spec(2, 17, 17000, 8, 1, 128, DType::kBFloat16, false));  // 136 rows, MQA
   run_route(with(make_spec(2, 2, 2000, 8, 2, 128, DType::kBFloat16, false), [](CaseSpec& s) {
     s.window_left = 300;
     s.window_right = 0;

@@ -282,7 +282,10 @@ bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
   // hold different numbers of queries (max_seqlen_q at most) and keys (cu_seqlens_k, seqused_k).
   if (p.seqused_q != nullptr || p.split_head_dims() || p.seqlen_q == 0) return false;
   if (a.lse.data != nullptr && a.lse.stride[a.lse.rank - 1] != 1) return false;  // the kernel's LSE rows are dense
-  if (!decode_rows(p.seqlen_q, p.group()) || p.seqlen_k == 0) return false;
+  if (p.seqlen_k == 0) return false;
+  if (!decode_rows(p.seqlen_q, p.group()) &&
+      !decode_rows_on_few_ctas(p.seqlen_q, p.group(), p.batch, p.heads, p.seqlen_k, current_device_sm_count()))
+    return false;
   if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
   return decode_refusal(a.q, p.head_dim, {&a.q, &a.k, &a.v, &a.out}).empty();
 }

@@ -23,6 +23,7 @@
 #include "kernels/sm90/fwd/fwd_params_builder.h"
 #include "kernels/sm90/fwd/fwd_tile_scheduler.h"
 #include "kernels/sm90/head_dims.h"
+#include "kernels/sm_count.h"
 #include "kernels/stream_workspace.h"
 
 namespace flash4::sm90 {
@@ -266,6 +267,8 @@ bool tma_rows(const TensorView& t) { return t.data == nullptr || tma_compatible(
 bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   const Problem& s = p.attention;
   if (decode_rows(s.seqlen_q, s.group())) return false;  // the decode kernel's rows
+  if (decode_rows_on_few_ctas(s.seqlen_q, s.group(), s.batch, s.heads, p.capacity, current_device_sm_count()))
+    return false;  // one long cache's few dozen queries: the decode kernel's split keys
   if (p.cache_leftpad != nullptr) return false;  // the dense kernel reads each sequence's keys from row 0
   // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
   // the 192 kernel yet).
