@@ -55,12 +55,15 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError(f"block_table must be (batch, max_pages) = ({batch}, max_pages) (batch from cu_seqlens_q), "
                          f"got shape {tuple(block_table.shape)}")
     # total_q = batch * max_seqlen_q: every segment holds max_seqlen_q queries unless some rows lie in none (after
-    # cu_seqlens_q[batch]); CPU-resident offsets are compared exactly (no synchronisation), CUDA ones are taken as
+    # cu_seqlens_q[batch]). CPU-resident offsets are compared exactly (no synchronisation). CUDA ones are not read:
+    # up to PACKED_MAX_QUERIES the packed call reads them on the device, right either way; longer ones are taken as
     # uniform (FLASH4_CHECK_OFFSETS=1 checks it).
     uniform = total_q == batch * max_seqlen_q
     if uniform and cu_seqlens_q.device.type == "cpu":
         steps = torch.arange(batch + 1, dtype=torch.int64) * max_seqlen_q
         uniform = torch.equal(cu_seqlens_q.to(torch.int64), steps)
+    elif uniform and max_seqlen_q <= PACKED_MAX_QUERIES:
+        uniform = False
     if offsets_check_requested():
         _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table,
                        uniform)

@@ -598,6 +598,19 @@ def test_varlen_with_block_table_uniform_total_but_not_uniform_segments():
     _check_mixed(c, [2, 1], out, lse)
 
 
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+def test_varlen_with_block_table_uniform_total_with_cuda_offsets():
+    # The same batch with its offsets on the GPU, where the host does not read them: the packed call reads them on
+    # the device (the (batch, 2) view would give sequence 1 rows 2 and 3, and the row in no sequence a result).
+    c = Case(2, 2, 4, 4, [9, 33], page_size=16, dtype=torch.float16, causal=True, seed=8)
+    cuda = copy.copy(c)
+    for name in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table"):
+        setattr(cuda, name, getattr(c, name).cuda())
+    out, lse = _mixed_paged_varlen(cuda, [2, 1], extra_rows=1)
+    assert out.shape[0] == 4
+    _check_mixed(c, [2, 1], out.cpu(), lse.cpu())
+
+
 def test_varlen_with_block_table_refusals(monkeypatch):
     c = Case(2, 2, 4, 2, [17, 40], page_size=16)
     with pytest.raises(ValueError, match=r"segment 1 of cu_seqlens_q has 3 tokens but max_seqlen_q = 2"):
