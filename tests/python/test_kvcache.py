@@ -603,6 +603,7 @@ def test_varlen_with_block_table_uniform_total_with_cuda_offsets():
     # The same batch with its offsets on the GPU, where the host does not read them: the packed call reads them on
     # the device (the (batch, 2) view would give sequence 1 rows 2 and 3, and the row in no sequence a result).
     c = Case(2, 2, 4, 4, [9, 33], page_size=16, dtype=torch.float16, causal=True, seed=8)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
     cuda = copy.copy(c)
     for name in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table"):
         setattr(cuda, name, getattr(c, name).cuda())
