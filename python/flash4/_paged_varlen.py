@@ -1,13 +1,15 @@
 """flash_attn_varlen_func with block_table (flash-attn 2's paged keys and values, as serving engines call it for
 decode steps and chunked prefill): sequence b's keys are in the pages of block_table's row b, as many as its
-cu_seqlens_k segment (or seqused_k[b]). A batch whose segments all hold max_seqlen_q queries is
-flash_attn_with_kvcache's problem on the (batch, max_seqlen_q) view of q, without a host synchronisation. A batch
-mixing query counts of at most PACKED_MAX_QUERIES (decode beside speculative verify steps) runs as one
-flash_attn_with_kvcache call on the packed q with cu_seqlens_q, also without a synchronisation (the decode kernel
-reads each sequence's queries from the offsets on the device); one with longer segments (prefill chunks beside
-decode steps) reads cu_seqlens_q on the host once and runs one flash_attn_with_kvcache call per distinct query
-count on those sequences' rows, where the dense kernel takes the long ones. Forward only, as a paged cache is in
-flash-attn."""
+cu_seqlens_k segment (or seqused_k[b]). Three ways, none of them reading CUDA offsets unless it must:
+* every segment max_seqlen_q queries (CPU offsets compared; CUDA ones taken as such only above
+  PACKED_MAX_QUERIES): flash_attn_with_kvcache's problem on the (batch, max_seqlen_q) view of q;
+* otherwise up to PACKED_MAX_QUERIES queries a sequence (decode steps, speculative verify steps beside them):
+  one flash_attn_with_kvcache call on the packed q with cu_seqlens_q, no host synchronisation (the decode kernel
+  reads each sequence's queries from the offsets on the device, right whatever they hold);
+* longer segments (prefill chunks beside decode steps): cu_seqlens_q read on the host once, one
+  flash_attn_with_kvcache call per distinct query count on those sequences' rows, where the dense kernel takes the
+  long ones.
+Forward only, as a paged cache is in flash-attn."""
 
 import types
 
