@@ -228,7 +228,8 @@ inline void run(int iters, const std::vector<int>& split_counts, int only_batch 
 
 // --decode-route-sweep: where a KV-cache call should leave the decode kernel for the dense one. The route sends a
 // call to the decode kernel when seqlen_q <= 16 and seqlen_q x group <= 128 rows per KV head, or when the dense
-// kernel's batch x heads CTAs fill at most half the SMs over 16k keys or more (common/decode_rows.h); beyond that
+// kernel's batch x heads CTAs fill at most half the SMs over 16k keys or more and batch x heads x seqlen_q <= 2048
+// (common/decode_rows.h); beyond that
 // the dense kernel's 128-row tiles hold a group's few queries and read K / V once per query head. Per (cache, group, seqlen_q): the library's route against the decode kernel forced by a zero
 // cache_leftpad (which the dense route refuses; no key moves), contiguous caches, causal, two alternating rounds.
 inline void run_route_sweep(int iters) {

@@ -20,15 +20,19 @@ FLASH4_HD constexpr bool decode_rows(int64_t seqlen_q, int64_t group) {
 // The GPU's second case: a few long caches with up to 64 queries each (speculative or chunked steps). The dense
 // kernel gives each (sequence, query head) one CTA that walks every key, so batch x heads CTAs at most half the SMs
 // leave the rest idle, while the decode kernel spreads the keys over all of them (up to four 64-row tiles per KV
-// head). Not mirrored by the CPU path, whose threads are not the SMs.
+// head). The dense kernel's time is then one CTA's walk, whatever share of its 128-row tile the queries fill; the
+// decode kernel's grows with the call's query rows (batch x heads x seqlen_q), and the two meet near 2048 of them
+// (docs/performance.md, the decode route's bounds). Not mirrored by the CPU path, whose threads are not the SMs.
 inline constexpr int64_t kDecodeFewCtasMaxQueries = 64;
 inline constexpr int64_t kDecodeFewCtasMaxRows = 256;
+inline constexpr int64_t kDecodeFewCtasMaxQueryRows = 2048;
 inline constexpr int64_t kDecodeFewCtasMinKeys = 16384;
 
 FLASH4_HD constexpr bool decode_rows_on_few_ctas(int64_t seqlen_q, int64_t group, int64_t batch, int64_t heads,
                                                  int64_t seqlen_k, int64_t sm_count) {
   return seqlen_q <= kDecodeFewCtasMaxQueries && seqlen_q * group <= kDecodeFewCtasMaxRows &&
-         seqlen_k >= kDecodeFewCtasMinKeys && 2 * batch * heads <= sm_count;
+         seqlen_k >= kDecodeFewCtasMinKeys && 2 * batch * heads <= sm_count &&
+         batch * heads * seqlen_q <= kDecodeFewCtasMaxQueryRows;
 }
 
 }  // namespace flash4::detail

@@ -37,16 +37,19 @@ TEST(DecodeConfig, DecodeRowsRule) {
 }
 
 // The GPU's rule for a few long caches: up to 64 queries and 256 rows per KV head when the dense kernel's
-// batch x heads CTAs fill at most half the SMs and the keys are many.
+// batch x heads CTAs fill at most half the SMs, the keys are many and the call's query rows at most 2048.
 TEST(DecodeConfig, DecodeRowsOnFewCtas) {
   using detail::decode_rows_on_few_ctas;
   EXPECT_TRUE(decode_rows_on_few_ctas(24, 4, 1, 32, 32768, 132));   // one 32k cache, GQA 4:1
-  EXPECT_TRUE(decode_rows_on_few_ctas(64, 4, 2, 32, 16384, 132));   // 256 rows, 64 CTAs of 132
+  EXPECT_TRUE(decode_rows_on_few_ctas(64, 4, 1, 32, 16384, 132));   // 256 rows per KV head, 2048 query rows
+  EXPECT_FALSE(decode_rows_on_few_ctas(64, 4, 2, 32, 16384, 132));  // 64 CTAs of 132, but 4096 query rows
   EXPECT_FALSE(decode_rows_on_few_ctas(65, 1, 1, 8, 32768, 132));   // more queries than the bound
   EXPECT_FALSE(decode_rows_on_few_ctas(48, 8, 1, 64, 32768, 132));  // 384 rows
   EXPECT_FALSE(decode_rows_on_few_ctas(24, 4, 8, 32, 8192, 132));   // 256 CTAs: the dense kernel fills the SMs
   EXPECT_FALSE(decode_rows_on_few_ctas(24, 4, 3, 32, 32768, 132));  // 96 CTAs > half of 132
   EXPECT_FALSE(decode_rows_on_few_ctas(24, 4, 1, 32, 16383, 132));  // too few keys to split
+  EXPECT_TRUE(decode_rows_on_few_ctas(32, 8, 1, 64, 32768, 132));   // 2048 query rows: the bound
+  EXPECT_FALSE(decode_rows_on_few_ctas(64, 1, 2, 32, 16384, 132));  // 4096 query rows (MHA): the dense tile fills
 }
 
 TEST(DecodeConfig, SharedMemoryAndPipelineDepth) {
