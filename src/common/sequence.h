@@ -76,6 +76,13 @@ struct SequenceLayout {
   FLASH4_HD static int64_t clamp(int64_t n, int64_t max) { return n < 0 ? 0 : n > max ? max : n; }
 };
 
+// offsets[i] of device-resident running offsets (cu_seqlens) clamped to [0, total], as SequenceLayout::info clamps
+// its own: for kernels that walk a packed batch's rows by the offsets themselves.
+FLASH4_HD int64_t clamped_offset(const int* offsets, int64_t i, int64_t total) {
+  const int64_t x = offsets[i];
+  return x < 0 ? int64_t{0} : x > total ? total : x;
+}
+
 // Dense layout: every entry seqlen_q x seqlen_k (totals left 0: no packed tensor is addressed).
 FLASH4_HD SequenceLayout dense_layout(int64_t seqlen_q, int64_t seqlen_k) {
   SequenceLayout l;

@@ -50,16 +50,11 @@ struct DecodeParams {
 struct QuerySpan {
   int64_t first = 0, count = 0;
 };
-// cu_seqlens_q[i] clamped to [0, total_q]: corrupt device-resident offsets address no row outside q.
-FLASH4_HD int64_t clamped_query_offset(const int* cu_seqlens_q, int64_t total_q, int64_t i) {
-  const int64_t x = cu_seqlens_q[i];
-  return x < 0 ? int64_t{0} : x > total_q ? total_q : x;
-}
-
 FLASH4_HD QuerySpan query_span(const int* cu_seqlens_q, int64_t total_q, int64_t seqlen_q, int64_t b) {
   if (cu_seqlens_q == nullptr) return {0, seqlen_q};
-  const int64_t first = clamped_query_offset(cu_seqlens_q, total_q, b);
-  const int64_t end = clamped_query_offset(cu_seqlens_q, total_q, b + 1);
+  // Offsets clamped to [0, total_q]: corrupt device-resident ones address no row outside q.
+  const int64_t first = detail::clamped_offset(cu_seqlens_q, b, total_q);
+  const int64_t end = detail::clamped_offset(cu_seqlens_q, b + 1, total_q);
   const int64_t count = end > first ? end - first : 0;
   return {first, count < seqlen_q ? count : seqlen_q};
 }

@@ -19,7 +19,7 @@ namespace flash4::sm90::decode {
 __device__ __forceinline__ void clear_rows_in_no_segment(const DecodeParams& p, int64_t b, const QuerySpan& span) {
   const int64_t batch = p.kv.attention.batch;
   const int64_t first = span.first + span.count;
-  const int64_t end = b + 1 < batch ? clamped_query_offset(p.cu_seqlens_q, p.total_q, b + 1) : p.total_q;
+  const int64_t end = b + 1 < batch ? detail::clamped_offset(p.cu_seqlens_q, b + 1, p.total_q) : p.total_q;
   if (first >= end) return;
   const sm90::RowsView out{static_cast<uint16_t*>(p.out), 0, p.out_stride_s, p.out_stride_h, p.head_dim};
   const sm90::LseView lse{p.lse, 0, p.lse_stride_h};  // packed: (heads, total_q), one batch entry

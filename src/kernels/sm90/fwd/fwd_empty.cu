@@ -29,14 +29,13 @@ __global__ void clear_uncovered_rows(RowsView o, LseView l, const float* sink, d
                                      int64_t batch, int64_t heads) {
   const int64_t b = blockIdx.x;
   const bool packed = seq.cu_seqlens_q != nullptr;
-  auto packed_offset = [&](int64_t i) { return min(static_cast<int64_t>(max(seq.cu_seqlens_q[i], 0)), seq.total_q); };
   int64_t first, end;  // rows [first, end) of batch entry `packed ? 0 : b`
   if (b < batch) {
     const detail::SequenceInfo si = seq.info(b);
     first = si.q_offset + si.seqlen_q;
-    end = packed ? packed_offset(b + 1) : seq.seqlen_q;
+    end = packed ? detail::clamped_offset(seq.cu_seqlens_q, b + 1, seq.total_q) : seq.seqlen_q;
   } else {
-    first = packed_offset(batch);
+    first = detail::clamped_offset(seq.cu_seqlens_q, batch, seq.total_q);
     end = seq.total_q;
   }
   for (int64_t row = first; row < end; ++row)
