@@ -1,7 +1,8 @@
 """Decode (one query token against a KV cache) in ONE process: flash4.flash_attn_with_kvcache (contiguous and
 paged caches), flash4.flash_attn_func (its decode route), flash4.flash_attn_varlen_func on a paged cache
 (block_table, one query per sequence: a serving engine's decode call; `_mixed`: 1-4 queries per sequence, a
-speculative verify step, through the packed-query call and, `_mixed_split`, one call per query count), cuDNN SDPA,
+speculative verify step, through the packed-query call; `_prefill`: the same with a 512-query chunk as the first
+sequence, in one call and, `_prefill_two_calls`, split by hand into the chunk and the steps), cuDNN SDPA,
 and FlashAttention-4's flash_attn_func (`from flash_attn.cute import flash_attn_func`) when importable; the rows
 of issue #19 (GQA 32/8, head_dim 128, bf16). Prints one JSON line per (implementation, row): the median kernel time of back-to-back calls
 (us), the KV read bandwidth (TB/s), the median single synchronized call (us) and the median CUDA-graph replay of
@@ -20,7 +21,8 @@ ROWS = ((1, 8192), (1, 65536), (1, 131072), (8, 8192), (8, 32768), (32, 16384), 
 IMPLS = ("flash4_kvcache", "flash4_kvcache_paged256", "flash4_kvcache_paged16", "flash4_func",
          "flash4_varlen_paged256", "cudnn", "fa4")
 # Also on request: flash4_kvcache_paged16_ordered (pages of 16 in table order: the shuffle's cost),
-# flash4_varlen_paged256_mixed and flash4_varlen_paged256_mixed_split.
+# flash4_varlen_paged256_mixed, flash4_varlen_paged256_prefill and flash4_varlen_paged256_prefill_two_calls.
+PREFILL_CHUNK = 512  # the _prefill rows' first sequence: a chunk of this many queries beside the decode steps
 
 
 def make_impls(names, log):
@@ -50,27 +52,39 @@ def make_impls(names, log):
                                                      seqused_k=seqlens, block_table=table)
             fns["flash4_varlen_paged256"] = varlen_paged
 
-            mixed = {}  # per batch: q of 1, 2, 3, 4, 1, ... queries a sequence and its offsets, built once
+            mixed = {}  # per (batch, chunk): q of the sequences' queries and its offsets, built once
 
-            def varlen_mixed(q, k, v, seqlens, table, page, split=False):
-                from flash4 import _paged_varlen
+            def mixed_batch(q, chunk):
+                """Queries 1, 2, 3, 4, 1, ... a sequence, sequence 0 a prefill chunk of `chunk` queries if > 0."""
                 batch = q.shape[0]
-                if batch not in mixed:
+                if (batch, chunk) not in mixed:
                     counts = torch.arange(batch, device=q.device) % 4 + 1
+                    if chunk:
+                        counts[0] = chunk
                     cu_q = torch.zeros(batch + 1, dtype=torch.int32, device=q.device)
                     cu_q[1:] = counts.cumsum(0)
-                    mixed[batch] = (torch.randn(int(counts.sum()), q.shape[2], q.shape[3], dtype=q.dtype,
-                                                device=q.device), cu_q)
-                qm, cu_q = mixed[batch]
-                limit = _paged_varlen.PACKED_MAX_QUERIES
-                _paged_varlen.PACKED_MAX_QUERIES = 0 if split else limit
-                try:
-                    return flash4.flash_attn_varlen_func(qm, k, v, cu_q, None, 4, k.shape[1] * table.shape[1],
-                                                         seqused_k=seqlens, block_table=table, causal=True)
-                finally:
-                    _paged_varlen.PACKED_MAX_QUERIES = limit
+                    mixed[batch, chunk] = (torch.randn(int(counts.sum()), q.shape[2], q.shape[3], dtype=q.dtype,
+                                                       device=q.device), cu_q, int(counts.max()))
+                return mixed[batch, chunk]
+
+            def varlen_mixed(q, k, v, seqlens, table, page, chunk=0):
+                qm, cu_q, most = mixed_batch(q, chunk)
+                return flash4.flash_attn_varlen_func(qm, k, v, cu_q, None, most, k.shape[1] * table.shape[1],
+                                                     seqused_k=seqlens, block_table=table, causal=True)
             fns["flash4_varlen_paged256_mixed"] = varlen_mixed
-            fns["flash4_varlen_paged256_mixed_split"] = lambda *a: varlen_mixed(*a, split=True)
+            fns["flash4_varlen_paged256_prefill"] = lambda *a: varlen_mixed(*a, chunk=PREFILL_CHUNK)
+
+            def prefill_in_two_calls(q, k, v, seqlens, table, page):
+                # The same batch as two flash_attn_with_kvcache calls, the chunk alone and the decode steps packed:
+                # what a caller who splits the batch by hand runs (one launch each, no index ops).
+                qm, cu_q, _ = mixed_batch(q, PREFILL_CHUNK)
+                chunk = flash4.flash_attn_with_kvcache(qm[None, :PREFILL_CHUNK], k, v, cache_seqlens=seqlens[:1],
+                                                       block_table=table[:1], causal=True)
+                steps = flash4.flash_attn_with_kvcache(qm[PREFILL_CHUNK:], k, v, cache_seqlens=seqlens[1:],
+                                                       block_table=table[1:], causal=True,
+                                                       cu_seqlens_q=cu_q[1:] - PREFILL_CHUNK, max_seqlen_q=4)
+                return chunk, steps
+            fns["flash4_varlen_paged256_prefill_two_calls"] = prefill_in_two_calls
         except Exception as e:
             log(f"flash4 left out: {type(e).__name__}: {e}")
     if "cudnn" in names:

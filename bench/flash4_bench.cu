@@ -17,6 +17,7 @@
 //   --decode: KV-cache decode (issue #19's rows, contiguous and paged caches, graph replay, single-call latency)
 //             and chunked prefill (decode_bench.cuh); --decode-splits times each listed split count (0 = auto).
 //   --decode-route-sweep: KV-cache calls of 8..128 queries, the library's route against the decode kernel forced.
+//   --decode-mixed: a prefill chunk beside decode steps as packed queries, three ways (decode_mixed_bench.cuh).
 // flash4 vs cuDNN in one process: bench/sdpa_bench.py with the Python package installed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -188,6 +189,7 @@ struct Variant {
 #include "fwd_variants.cuh"
 #include "varlen_bench.cuh"
 #include "decode_bench.cuh"
+#include "decode_mixed_bench.cuh"
 #include "fp8_bench.cuh"
 
 namespace {
@@ -207,7 +209,7 @@ std::vector<int> parse_ints(const char* c) {
 int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
   bool ablation = false, backward = false, candidates = false, host = false, varlen = false, decode = false;
-  bool fp8 = false, varlen_decode = false, decode_route_sweep = false;
+  bool fp8 = false, varlen_decode = false, decode_route_sweep = false, decode_mixed = false;
   std::vector<int> decode_splits = {0};
   int decode_only_batch = 0, decode_only_seqlen = 0;  // --decode-row B:S times that decode row alone (profilers)
   int only_d = 0, only_s = 0, only_causal = -1;  // --shape D:S:C selects one shape (for profilers)
@@ -249,6 +251,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--varlen")) varlen = true;
     else if (!std::strcmp(argv[i], "--decode")) decode = true;
     else if (!std::strcmp(argv[i], "--decode-route-sweep")) decode_route_sweep = true;
+    else if (!std::strcmp(argv[i], "--decode-mixed")) decode_mixed = true;
     else if (!std::strcmp(argv[i], "--varlen-decode")) varlen_decode = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--decode-splits") && i + 1 < argc) decode_splits = parse_ints(argv[++i]);
@@ -269,6 +272,10 @@ int main(int argc, char** argv) {
   }
   if (decode_route_sweep) {
     decode_bench::run_route_sweep(iters);
+    return 0;
+  }
+  if (decode_mixed) {
+    decode_mixed_bench::run(iters);
     return 0;
   }
   if (decode) {

@@ -1,24 +1,15 @@
 """flash_attn_varlen_func with block_table (flash-attn 2's paged keys and values, as serving engines call it for
 decode steps and chunked prefill): sequence b's keys are in the pages of block_table's row b, as many as its
-cu_seqlens_k segment (or seqused_k[b]). Three ways, none of them reading CUDA offsets unless it must:
-* every segment max_seqlen_q queries (CPU offsets compared; CUDA ones taken as such only above
-  PACKED_MAX_QUERIES): flash_attn_with_kvcache's problem on the (batch, max_seqlen_q) view of q;
-* otherwise up to PACKED_MAX_QUERIES queries a sequence (decode steps, speculative verify steps beside them):
-  one flash_attn_with_kvcache call on the packed q with cu_seqlens_q, no host synchronisation (the decode kernel
-  reads each sequence's queries from the offsets on the device, right whatever they hold);
-* longer segments (prefill chunks beside decode steps): cu_seqlens_q read on the host once, one
-  flash_attn_with_kvcache call per distinct query count on those sequences' rows, where the dense kernel takes the
-  long ones.
+cu_seqlens_k segment (or seqused_k[b]). One flash_attn_with_kvcache call, never reading CUDA offsets on the host:
+* CPU offsets that step by max_seqlen_q (every segment that long): the (batch, max_seqlen_q) view of q;
+* otherwise the packed q with cu_seqlens_q: the GPU reads each sequence's queries from the offsets on the device,
+  right whatever they hold (decode and verify steps on the decode kernel, longer segments on the dense kernel in
+  a second launch); no host synchronisation, so a step can be captured in a CUDA graph.
 Forward only, as a paged cache is in flash-attn."""
 
 import types
 
 from ._offsets import check_varlen_offsets, offsets_check_requested
-
-# Query counts up to which a mixed batch runs as one packed-query call: the decode kernel's cost is its key reads
-# up to 16 queries a sequence (the dense forward's decode route takes the same bound); longer chunks run faster on
-# the dense kernel, one call per count.
-PACKED_MAX_QUERIES = 16
 
 
 def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
@@ -56,19 +47,14 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if block_table.dim() != 2 or block_table.shape[0] != batch:
         raise ValueError(f"block_table must be (batch, max_pages) = ({batch}, max_pages) (batch from cu_seqlens_q), "
                          f"got shape {tuple(block_table.shape)}")
-    # total_q = batch * max_seqlen_q: every segment holds max_seqlen_q queries unless some rows lie in none (after
-    # cu_seqlens_q[batch]). CPU-resident offsets are compared exactly (no synchronisation). CUDA ones are not read:
-    # up to PACKED_MAX_QUERIES the packed call reads them on the device, right either way; longer ones are taken as
-    # uniform (FLASH4_CHECK_OFFSETS=1 checks it).
-    uniform = total_q == batch * max_seqlen_q
-    if uniform and cu_seqlens_q.device.type == "cpu":
+    # Only host-resident offsets are compared (no synchronisation): a batch of batch * max_seqlen_q rows may still
+    # hold shorter segments and rows in none, which the packed call places by the offsets themselves.
+    uniform = total_q == batch * max_seqlen_q and cu_seqlens_q.device.type == "cpu"
+    if uniform:
         steps = torch.arange(batch + 1, dtype=torch.int64) * max_seqlen_q
         uniform = torch.equal(cu_seqlens_q.to(torch.int64), steps)
-    elif uniform and max_seqlen_q <= PACKED_MAX_QUERIES:
-        uniform = False
     if offsets_check_requested():
-        _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table,
-                       uniform)
+        _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table)
     if seqused_k is not None:
         lengths = seqused_k
     else:
@@ -76,27 +62,22 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise ValueError(f"cu_seqlens_k must be (batch + 1,) = ({batch + 1},), got shape "
                              f"{tuple(cu_seqlens_k.shape)}")
         lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                   return_softmax_lse=True, learnable_sink=learnable_sink)
     lengths_from = "seqused_k" if seqused_k is not None else "cu_seqlens_k's segment lengths"
-    packed = not uniform and max_seqlen_q <= PACKED_MAX_QUERIES
-    starts = None if uniform or packed else _segment_starts(cu_seqlens_q, q, max_seqlen_q)  # synchronizes
-    # One call: the LSE only when asked for (the kernels then write none).
-    single = dict(options, return_softmax_lse=want_lse)
+    # The LSE only when asked for (the kernels then write none).
+    options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                   return_softmax_lse=want_lse, learnable_sink=learnable_sink)
     try:
         if uniform:  # every sequence max_seqlen_q queries: q is a (batch, max_seqlen_q) view
             res = flash_attn_with_kvcache(q.unflatten(0, (batch, max_seqlen_q)), k, v, cache_seqlens=lengths,
-                                          block_table=block_table, **single)
+                                          block_table=block_table, **options)
             out, lse = res if want_lse else (res, None)
             out = out.flatten(0, 1)
             if lse is not None:
                 lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
-        elif packed:  # host offsets are checked by the library, device ones clamped
+        else:  # host offsets are checked by the library, device ones clamped
             res = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=block_table,
-                                          cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **single)
+                                          cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **options)
             out, lse = res if want_lse else (res, None)
-        else:
-            out, lse = _mixed_query_counts(q, k, v, starts, lengths, block_table, options)
     except (ValueError, TypeError) as e:  # the KV-cache call's names, told in this call's terms
         kind = TypeError if isinstance(e, TypeError) else ValueError
         raise kind(f"{e} (flash_attn_varlen_func with block_table runs flash_attn_with_kvcache with k_cache = "
@@ -104,56 +85,18 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse) if want_lse else out
 
 
-def _mixed_query_counts(q, k, v, starts, lengths, block_table, options):
-    """A batch whose sequences have different query counts (starts: cu_seqlens_q on the host, checked): the
-    sequences of each count as one flash_attn_with_kvcache batch on their rows of q. Rows in no sequence get out 0
-    and lse -inf, as in a packed call."""
+def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table):
+    """FLASH4_CHECK_OFFSETS=1: the offsets on the host (synchronizes). cu_seqlens_q, cu_seqlens_k and seqused_k
+    are checked as a packed batch's; every sequence must fit in its row of pages (the page numbers themselves are
+    clamped by the kernels and checked by flash_attn_with_kvcache's own check)."""
     import torch
 
-    from ._kvcache import flash_attn_with_kvcache
-
-    total_q, heads = q.shape[0], q.shape[1]
-    counts = starts[1:] - starts[:-1]
-    out = q.new_zeros(total_q, heads, v.shape[-1])
-    lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
-    for n in sorted(set(counts.tolist()) - {0}):
-        sequences = torch.nonzero(counts == n).flatten()
-        rows = (starts[sequences][:, None] + torch.arange(n)).flatten().to(q.device)
-        sequences = sequences.to(q.device)
-        part, part_lse = flash_attn_with_kvcache(
-            q.index_select(0, rows).unflatten(0, (sequences.shape[0], n)), k, v,
-            cache_seqlens=lengths.index_select(0, sequences), block_table=block_table.index_select(0, sequences),
-            **options)
-        out.index_copy_(0, rows, part.flatten(0, 1))
-        lse.index_copy_(1, rows, part_lse.transpose(0, 1).flatten(1))  # (heads, sequences * n), rows in order
-    return out, lse
-
-
-def _segment_starts(cu_seqlens_q, q, max_seqlen_q):
-    """cu_seqlens_q on the host (int64), checked by the library's rule for a packed batch's query offsets (they
-    index q's rows): its keys' side is given the queries' own offsets and rows, which pass when the queries' do."""
-    import torch
-
-    starts = cu_seqlens_q.detach().to("cpu")
-    check_varlen_offsets(q, q, starts, starts, max_seqlen_q, max_seqlen_q)
-    return starts.to(torch.int64)
-
-
-def _check_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, block_table, uniform):
-    """FLASH4_CHECK_OFFSETS=1: the offsets on the host (synchronizes). A batch of total_q = batch * max_seqlen_q
-    rows runs as uniform, so its cu_seqlens_q must step by max_seqlen_q; cu_seqlens_k and seqused_k are checked as
-    a packed batch's; every sequence must fit in its row of pages (the page numbers themselves are clamped by the
-    kernels and checked by flash_attn_with_kvcache's own check)."""
-    import torch
-
-    cu_q = cu_seqlens_q.detach().to("cpu", torch.int64)
-    if uniform and not torch.equal(cu_q, torch.arange(cu_q.shape[0], dtype=torch.int64) * max_seqlen_q):
-        raise ValueError(f"cu_seqlens_q must be 0, {max_seqlen_q}, 2 * {max_seqlen_q}, ... when total_q = batch * "
-                         f"max_seqlen_q (every sequence max_seqlen_q queries), got {cu_q.tolist()[:8]}")
     if cu_seqlens_k is not None:
         cu_k = cu_seqlens_k.detach().to("cpu", torch.int64)
         keys = types.SimpleNamespace(shape=(int(cu_k[-1]) if cu_k.numel() else 0, int(k.shape[2])))
         check_varlen_offsets(q, keys, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, seqused_k)
+    else:  # the queries' offsets alone: their keys' side is given the queries' own, which pass when they do
+        check_varlen_offsets(q, q, cu_seqlens_q, cu_seqlens_q, max_seqlen_q, max_seqlen_q)
     # The keys each sequence attends to: seqused_k where given (then required), else its cu_seqlens_k segment.
     lengths = seqused_k.detach().to("cpu", torch.int64) if seqused_k is not None else cu_k[1:] - cu_k[:-1]
     capacity = int(block_table.shape[1]) * int(k.shape[1])

@@ -17,6 +17,12 @@ FLASH4_HD constexpr bool decode_rows(int64_t seqlen_q, int64_t group) {
   return seqlen_q <= kDecodeMaxQueries && seqlen_q * group <= kDecodeMaxRows;
 }
 
+// The most queries a sequence holds for decode_rows at this GQA group (0 when a single query's rows exceed it):
+// in a packed batch of mixed counts, the segments the decode kernel takes.
+FLASH4_HD constexpr int64_t decode_max_queries(int64_t group) {
+  return group <= 0 ? 0 : kDecodeMaxRows / group < kDecodeMaxQueries ? kDecodeMaxRows / group : kDecodeMaxQueries;
+}
+
 // The GPU's second case: a few long caches with up to 64 queries each (speculative or chunked steps). The dense
 // kernel gives each (sequence, query head) one CTA that walks every key, so batch x heads CTAs at most half the SMs
 // leave the rest idle, while the decode kernel spreads the keys over all of them (up to four 64-row tiles per KV

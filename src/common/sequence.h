@@ -27,6 +27,9 @@ struct SequenceLayout {
   const int* cu_seqlens_k = nullptr;  // the same for the keys; null = dense
   const int* seqused_q = nullptr;     // queries used per entry (<= its segment); null = the whole segment
   const int* seqused_k = nullptr;     // keys used per entry (<= its segment); null = the whole segment
+  // Packed queries shared between two kernels of one call (the KV-cache path's decode kernel takes the short
+  // segments): an entry whose segment holds fewer queries than this takes no part here (seqlen_q 0).
+  int64_t min_seqlen_q = 0;
 
   FLASH4_HD bool packed() const { return cu_seqlens_q != nullptr || cu_seqlens_k != nullptr; }
 
@@ -46,6 +49,7 @@ struct SequenceLayout {
     if (cu_seqlens_q != nullptr) {
       s.q_offset = clamp(cu_seqlens_q[b], total_q);
       s.seqlen_q = clamp(clamp(int64_t{cu_seqlens_q[b + 1]} - cu_seqlens_q[b], seqlen_q), total_q - s.q_offset);
+      if (s.seqlen_q < min_seqlen_q) s.seqlen_q = 0;
     }
     if (cu_seqlens_k != nullptr) {
       s.k_offset = clamp(cu_seqlens_k[b], total_k);

@@ -38,6 +38,21 @@ TEST(DecodeConfig, DecodeRowsRule) {
 
 // The GPU's rule for a few long caches: up to 64 queries and 256 rows per KV head when the dense kernel's
 // batch x heads CTAs fill at most half the SMs, the keys are many and the call's query rows at most 2048.
+// The segments of a mixed packed batch that the decode kernel takes: the most queries decode_rows allows.
+TEST(DecodeConfig, DecodeMaxQueries) {
+  using detail::decode_max_queries;
+  using detail::decode_rows;
+  for (int64_t group : {1, 2, 3, 4, 5, 7, 8, 12, 16, 32, 64, 128, 129, 256}) {
+    const int64_t n = decode_max_queries(group);
+    EXPECT_TRUE(n == 0 || decode_rows(n, group)) << group;
+    EXPECT_FALSE(decode_rows(n + 1, group)) << group;
+  }
+  EXPECT_EQ(decode_max_queries(1), 16);
+  EXPECT_EQ(decode_max_queries(8), 16);
+  EXPECT_EQ(decode_max_queries(32), 4);
+  EXPECT_EQ(decode_max_queries(129), 0);
+}
+
 TEST(DecodeConfig, DecodeRowsOnFewCtas) {
   using detail::decode_rows_on_few_ctas;
   EXPECT_TRUE(decode_rows_on_few_ctas(24, 4, 1, 32, 32768, 132));   // one 32k cache, GQA 4:1

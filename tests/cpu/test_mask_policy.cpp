@@ -134,6 +134,32 @@ TEST(SequencePolicy, DenseAndPackedLayouts) {
   for (int b = 0; b < 3; ++b) EXPECT_LE(wild.info(b).q_offset + wild.info(b).seqlen_q, wild.total_q);
 }
 
+// A packed batch shared between two kernels: entries with fewer queries than min_seqlen_q take no part (the
+// other kernel's), the rest keep their offsets and lengths.
+TEST(SequencePolicy, MinSeqlenQLeavesShortSegments) {
+  const std::vector<int> cu_q = {0, 1, 17, 33, 49};  // 1, 16, 16, 16 queries
+  const std::vector<int> used_k = {5, 40, 40, 40};
+  SequenceLayout packed = dense_layout(20, 64);
+  packed.total_q = 49;
+  packed.cu_seqlens_q = cu_q.data();
+  packed.seqused_k = used_k.data();
+  const std::vector<int> cu_long = {0, 1, 18, 18, 40};  // 1, 17, 0, 22 queries
+  SequenceLayout mixed = packed;
+  mixed.cu_seqlens_q = cu_long.data();
+  mixed.total_q = 40;
+  mixed.min_seqlen_q = 17;
+  const int64_t expected[4] = {0, 17, 0, 20};  // 22 clamped to max_seqlen_q
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_EQ(mixed.info(b).seqlen_q, expected[b]) << b;
+    EXPECT_EQ(mixed.info(b).q_offset, cu_long[b]) << b;
+    EXPECT_EQ(mixed.info(b).seqlen_k, used_k[b]) << b;
+  }
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(packed.info(b).seqlen_q, cu_q[b + 1] - cu_q[b]);  // min 0: all take part
+  SequenceLayout dense = dense_layout(3, 10);
+  dense.min_seqlen_q = 17;  // packed batches only
+  EXPECT_EQ(dense.info(0).seqlen_q, 3);
+}
+
 TEST(SequencePolicy, EntryAtPackedQueryRow) {
   // Segments [2, 5), [5, 5) (empty), [5, 9); rows 0-1 lie before the first, row 9 after the last.
   const std::vector<int> cu_q = {2, 5, 5, 9};

@@ -1,7 +1,8 @@
 // Packed queries on the GPU (KvCacheArgs::cu_seqlens_q, device-resident): one batch mixing query counts from 0 to
 // seqlen_q (up to 70: several row tiles) on the decode kernel, through its three ways out (direct stores with one
 // split, the 16-row tile's last-CTA merge, the 64-row tile's combine kernel), contiguous and paged caches, masks
-// per sequence, GQA, the sink; rows after the last segment cleared, and a batch of no sequence. Checked against the
+// per sequence, GQA, the sink; rows after the last segment cleared, and a batch of no sequence. Longer segments
+// beside short ones: the dense kernel's share of the batch. Checked against the
 // dense call's reference for the same (last) query positions (tests/common/kvcache_packed.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -75,10 +76,46 @@ TEST(KvCacheGpuPacked, MixedQueryCounts) {
                  s.num_splits = 7;
                }),
                1);
-    // Chunks longer than a 64-row tile (70 queries x 2 heads: three row tiles) beside short ones.
-    run_packed(with(gpu_kv_spec(3, 70, 4, 2, {100, 5, 2000}, d), [](KvCaseSpec& s) { s.causal = true; }), 2,
-               {70, 5, 33});
+    // Chunks longer than a 64-row tile (70 queries x 2 heads: three row tiles) beside short ones, all on the
+    // decode kernel: pages of 16 hold no dense K/V tile.
+    run_packed(with(gpu_kv_spec(3, 70, 4, 2, {100, 5, 2000}, d), [](KvCaseSpec& s) {
+                 s.causal = true;
+                 s.page_size = 16;
+               }),
+               2, {70, 5, 33});
   }
+}
+
+// Prefill chunks beside decode steps: segments longer than the decode kernel's (16 queries, 128 rows per KV head)
+// run on the dense kernel in a second launch over the same device offsets, each kernel leaving the other's
+// sequences alone; one query past the bound (17), empty segments, rows after the last segment.
+TEST(KvCacheGpuPacked, PrefillChunksBesideDecodeSteps) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256}) {
+    // GQA 4:1 (16 queries a decode segment), pages of 256, causal.
+    run_packed(with(gpu_kv_spec(6, 300, 8, 2, {17, 3000, 1, 640, 0, 5000}, d), [](KvCaseSpec& s) {
+                 s.page_size = 256;
+                 s.causal = true;
+               }),
+               3, {300, 1, 4, 129, 0, 17});
+    // MHA, contiguous, window, softcap and sink, fp16: 16 queries decoded, 17 dense.
+    run_packed(with(gpu_kv_spec(4, 200, 4, 4, {700, 16, 2048, 90}, d, DType::kFloat16), [](KvCaseSpec& s) {
+                 s.causal = true;
+                 s.window_left = 50;
+                 s.softcap = 15.0f;
+                 s.sink = true;
+               }),
+               1, {16, 17, 200, 3});
+    // 32 query heads on one KV head: 4 queries a decode segment (128 rows), 5 dense; shuffled cache rows.
+    run_packed(with(gpu_kv_spec(4, 40, 32, 1, {500, 64, 1500, 33}, d), [](KvCaseSpec& s) {
+                 s.cache_batch_idx = true;
+                 s.causal = true;
+               }),
+               0, {4, 5, 40, 1});
+  }
+  // 256 query heads on one KV head: not even one query's rows fit a decode tile, so every segment is dense and
+  // the rows in no segment are cleared by the clearing kernel.
+  run_packed(with(gpu_kv_spec(2, 20, 256, 1, {300, 40}, 64), [](KvCaseSpec& s) { s.causal = true; }), 2, {2, 20});
 }
 
 // A long batch of decode and verify steps (1-4 queries): 300 sequences, many CTAs past their rows.

@@ -419,14 +419,30 @@ def test_varlen_with_block_table_mixed_counts_softcap_mqa(causal):
 
 
 def test_varlen_with_block_table_prefill_chunks_beside_decode_steps():
-    # A segment longer than PACKED_MAX_QUERIES (a prefill chunk): the offsets are read on the host and each query
-    # count runs as its own call; rows after the last segment as before.
+    # A segment longer than the decode kernel's 16 queries (a prefill chunk) in the same packed call; rows after
+    # the last segment as before.
     counts = [20, 1, 0, 3, 1]
     c = Case(5, 20, 4, 2, [17, 40, 3, 300, 2], page_size=16, dtype=torch.float16, causal=True, seed=9)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
-    assert max(counts) > flash4._paged_varlen.PACKED_MAX_QUERIES
     out, lse = _mixed_paged_varlen(c, counts, extra_rows=2)
     _check_mixed(c, counts, out, lse)
+
+
+@pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("counts, extra_rows", [([40, 1, 0, 17, 16], 2), ([24, 24, 9], 15)])
+def test_varlen_with_block_table_prefill_chunks_with_cuda_offsets(counts, extra_rows):
+    # CUDA offsets, pages of 256 (whole dense K/V tiles): the segments of more than 16 queries run on the dense
+    # kernel beside the decode kernel's, both reading the offsets on the device. The second batch has
+    # batch * max_seqlen_q rows but shorter segments and 15 rows in none, which no host code sees.
+    c = Case(len(counts), max(counts), 8, 2, [300, 17, 3, 700, 40][: len(counts)], page_size=256,
+             dtype=torch.bfloat16, causal=True, sink=True, seed=12)
+    c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
+    cuda = copy.copy(c)
+    for name in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "sink"):
+        setattr(cuda, name, getattr(c, name).cuda())
+    out, lse = _mixed_paged_varlen(cuda, counts, extra_rows=extra_rows)
+    assert out.shape[0] == sum(counts) + extra_rows
+    _check_mixed(c, counts, out.cpu(), lse.cpu())
 
 
 def _packed_kvcache(c, counts, extra_rows, **kw):
@@ -644,12 +660,13 @@ def test_varlen_with_block_table_refusals(monkeypatch):
     _paged_varlen(c, 2)  # valid offsets pass the host check
     with pytest.raises(ValueError, match="segment 1 of cu_seqlens_q has 3 tokens but max_seqlen_q = 2"):
         _paged_varlen(c, 2, cu_seqlens_q=torch.tensor([0, 1, 4], dtype=torch.int32))
-    # CUDA offsets of total_q = batch * max_seqlen_q rows are taken as uniform: the host check holds them to it.
+    # The host check of the queries' offsets where no cu_seqlens_k is given (as for CUDA offsets, which the call
+    # itself does not read on the host).
     from flash4._paged_varlen import _check_offsets
 
-    with pytest.raises(ValueError, match="cu_seqlens_q must be 0, 2, 2 \\* 2, ... when total_q = batch"):
-        _check_offsets(c.q.flatten(0, 1), c.k_cache, torch.tensor([0, 2, 3], dtype=torch.int32), None, 2, 40,
-                       c.cache_seqlens, c.block_table, uniform=True)
+    with pytest.raises(ValueError, match=r"non-decreasing, but cu_seqlens_q\[2\] = 1 < cu_seqlens_q\[1\] = 3"):
+        _check_offsets(c.q.flatten(0, 1), c.k_cache, torch.tensor([0, 3, 1], dtype=torch.int32), None, 3, 40,
+                       c.cache_seqlens, c.block_table)
     with pytest.raises(ValueError, match=r"keys must be in \[0, 64\]"):
         _paged_varlen(c, 2, cu_seqlens_k=None, seqused_k=torch.tensor([17, 65], dtype=torch.int32))
 

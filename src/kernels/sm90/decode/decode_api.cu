@@ -87,8 +87,10 @@ RowsView rows_view(const TensorView& t) { return {t.data, t.stride[0], t.stride[
 
 // The split count and the launch of attention (and the combine when it splits) for a validated problem whose
 // appended keys, if any, are already in the caches. q: the (possibly rotated) queries.
+// max_seqlen_q: a packed batch shared with the dense forward (DecodeParams::max_seqlen_q), else 0.
 void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorView& k_cache,
-                   const TensorView& v_cache, const TensorView& out, const TensorView& lse, cudaStream_t stream) {
+                   const TensorView& v_cache, const TensorView& out, const TensorView& lse, cudaStream_t stream,
+                   int64_t max_seqlen_q = 0) {
   const Problem& s = kv.attention;
   const int64_t rows = s.seqlen_q * s.group();
   const bool wide = sm90::decode::decode_wide_rows(rows);
@@ -114,6 +116,7 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   p.rows = static_cast<int>(rows);
   p.cu_seqlens_q = s.cu_seqlens_q;  // a packed batch (the forward's route): q, out, lse views of one batch entry
   p.total_q = s.total_q;
+  p.max_seqlen_q = max_seqlen_q;
   p.row_tiles = static_cast<int>((rows + block_m - 1) / block_m);
   p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv, rows,
                                              s.head_dim, kv.capacity);
@@ -165,6 +168,7 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   c.lse_stride_h = p.lse_stride_h;
   c.cu_seqlens_q = p.cu_seqlens_q;
   c.total_q = p.total_q;
+  c.max_seqlen_q = p.max_seqlen_q;
   sm90::decode::launch_combine(c, q.dtype, width, stream);
 }
 
@@ -210,14 +214,35 @@ void clear_uncovered_query_rows(const TensorView& out, const TensorView& lse, co
 }
 
 // A call with packed queries (cu_seqlens_q): q, out and lse as one batch entry in which sequence b's queries start
-// at cu_seqlens_q[b], on the decode kernel for any count (the dense kernel takes one count for the batch).
+// at cu_seqlens_q[b]. Segments of up to decode_max_queries(group) queries (decode and verify steps) run on the
+// decode kernel. Where longer ones may occur (max_seqlen_q above that: prefill chunks beside decode steps) and the
+// dense forward can read the cache, they run on the dense kernel, in a second launch over the same offsets: each
+// kernel reads the counts on the device and leaves the other's sequences alone, so the call needs no host
+// synchronisation whatever the offsets hold. Otherwise (cache_leftpad, pages smaller than a K/V tile, a few long
+// caches: decode_rows_on_few_ctas) every segment runs on the decode kernel.
 // Rows in no segment are cleared by the decode kernel itself (decode_uncovered_rows.cuh); with no sequence at all
-// there is no kernel (a grid of no CTAs is no launch), so the clearing kernel does it.
+// there is no kernel (a grid of no CTAs is no launch), nor without a decode launch: then the clearing kernel does it.
 void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p, cudaStream_t s) {
   const Problem& pr = p.attention;
   if (pr.batch == 0) return clear_uncovered_query_rows(a.out, a.lse, pr, s);
-  run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
-                packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
+  const int64_t decode_queries = decode_max_queries(pr.group());
+  const bool with_dense = pr.seqlen_q > decode_queries &&
+                          !decode_rows_on_few_ctas(pr.seqlen_q, pr.group(), pr.batch, pr.heads, p.capacity,
+                                                   current_device_sm_count()) &&
+                          kvcache_dense_readable(a, p);
+  if (!with_dense) {
+    return run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
+                         packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
+  }
+  if (decode_queries > 0) {
+    KvCacheProblem short_segments = p;
+    short_segments.attention.seqlen_q = decode_queries;
+    run_attention(short_segments, packed_view(a.q, pr.batch, decode_queries, 0), a.k_cache, a.v_cache,
+                  packed_view(a.out, pr.batch, decode_queries, 0), packed_lse_view(a.lse), s, pr.seqlen_q);
+  } else {
+    clear_uncovered_query_rows(a.out, a.lse, pr, s);
+  }
+  kvcache_dense_forward(p, a, a.q, s, decode_queries + 1);
 }
 
 }  // namespace

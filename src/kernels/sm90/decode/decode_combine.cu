@@ -36,8 +36,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) combine_kernel(const __grid
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int splits = min(p.splits, detail::kMaxSplits);
   const int64_t i = row % p.seqlen_q, h = (row / p.seqlen_q) % p.heads, b = row / (int64_t{p.seqlen_q} * p.heads);
-  const QuerySpan span = query_span(p.cu_seqlens_q, p.total_q, p.seqlen_q, b);
-  if (i >= span.count) return;  // a packed sequence with fewer queries: no partial was written for this row
+  const DecodeSpan ds = decode_span(p.cu_seqlens_q, p.total_q, p.seqlen_q, p.max_seqlen_q, b);
+  // A packed sequence with fewer queries, or the dense kernel's: no partial was written for this row.
+  if (i >= ds.span.count || !ds.computed) return;
+  const QuerySpan span = ds.span;
   constexpr int kHeadDim = 32 * kPerLane;
   const float* lse_parts = p.lse_partial + row;  // split s at s * rows
   const bool has_sink = p.sink != nullptr;

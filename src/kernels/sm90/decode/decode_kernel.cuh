@@ -55,8 +55,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<kHeadDim, kWarpsM>::kCtas
   const int row0 = row_tile * Tile::kBlockM;
   // The sequence's queries (a packed batch's counts may differ): a tile past its rows has nothing to do, in every
   // split alike, so its split counter is never touched.
-  const QuerySpan span = query_span(p.cu_seqlens_q, p.total_q, p.kv.attention.seqlen_q, b);
+  const DecodeSpan ds = decode_span(p.cu_seqlens_q, p.total_q, p.kv.attention.seqlen_q, p.max_seqlen_q, b);
+  const QuerySpan span = ds.span;
   if (p.cu_seqlens_q != nullptr && blockIdx.x == 0 && hkv == 0) clear_rows_in_no_segment(p, b, span);
+  if (!ds.computed) return;  // the dense kernel's sequence
   const int rows_valid = min(Tile::kBlockM, static_cast<int>(span.count) * p.group - row0);
   if (rows_valid <= 0) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;

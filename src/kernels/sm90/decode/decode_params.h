@@ -42,6 +42,10 @@ struct DecodeParams {
   // batch strides 0) and sequence b's queries are its cu_seqlens_q segment, of at most seqlen_q; null otherwise.
   const int* cu_seqlens_q = nullptr;
   int64_t total_q = 0;
+  // Packed queries shared with the dense forward (the caller's max_seqlen_q, above seqlen_q): a segment of more
+  // than seqlen_q queries is the dense kernel's, of which this kernel computes nothing and clears only the rows
+  // past max_seqlen_q. 0: not shared.
+  int64_t max_seqlen_q = 0;
 };
 
 // Sequence b's queries: rows first .. first + count - 1 along q's, out's and lse's query dimension. A packed
@@ -59,6 +63,18 @@ FLASH4_HD QuerySpan query_span(const int* cu_seqlens_q, int64_t total_q, int64_t
   return {first, count < seqlen_q ? count : seqlen_q};
 }
 
+// The span of sequence b in a decode kernel's packed batch, and whether that kernel computes its rows: not when
+// the segment is longer than seqlen_q in a batch shared with the dense forward (max_seqlen_q > seqlen_q).
+struct DecodeSpan {
+  QuerySpan span;  // counted up to the caller's max_seqlen_q: rows after it are in no segment
+  bool computed;
+};
+FLASH4_HD DecodeSpan decode_span(const int* cu_seqlens_q, int64_t total_q, int64_t seqlen_q, int64_t max_seqlen_q,
+                                 int64_t b) {
+  const QuerySpan span = query_span(cu_seqlens_q, total_q, max_seqlen_q > seqlen_q ? max_seqlen_q : seqlen_q, b);
+  return {span, span.count <= seqlen_q};
+}
+
 // The combine: merges the splits of every (batch, head, query) row into out and lse (common/lse_combine.h).
 struct CombineParams {
   const float* o_partial = nullptr;
@@ -73,6 +89,7 @@ struct CombineParams {
   int64_t lse_stride_b = 0, lse_stride_h = 0;
   const int* cu_seqlens_q = nullptr;  // as in DecodeParams
   int64_t total_q = 0;
+  int64_t max_seqlen_q = 0;
 };
 
 // The append (with rotary) before attention: new k, v into the caches, and q rotated into a contiguous copy.

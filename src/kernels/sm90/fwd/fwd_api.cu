@@ -269,6 +269,11 @@ bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   if (decode_rows(s.seqlen_q, s.group())) return false;  // the decode kernel's rows
   if (decode_rows_on_few_ctas(s.seqlen_q, s.group(), s.batch, s.heads, p.capacity, current_device_sm_count()))
     return false;  // one long cache's few dozen queries: the decode kernel's split keys
+  return kvcache_dense_readable(a, p);
+}
+
+bool kvcache_dense_readable(const KvCacheArgs& a, const KvCacheProblem& p) {
+  const Problem& s = p.attention;
   if (p.cache_leftpad != nullptr) return false;  // the dense kernel reads each sequence's keys from row 0
   // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
   // the 192 kernel yet).
@@ -283,7 +288,8 @@ bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   return tma_rows(a.q) && tma_rows(a.k_cache) && tma_rows(a.v_cache) && tma_rows(a.out);
 }
 
-void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const TensorView& q, cudaStream_t s) {
+void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const TensorView& q, cudaStream_t s,
+                           int64_t min_seqlen_q) {
   using namespace flash4::sm90;
   Problem p = kv.attention;
   p.seqlen_k = kv.capacity;
@@ -302,6 +308,7 @@ void kvcache_dense_forward(const KvCacheProblem& kv, const KvCacheArgs& a, const
   fa.lse = a.lse;
   const FwdLaunchConfig launch = choose_fwd_launch(p);
   FwdParams params = make_fwd_params(fa, p, launch.tile);
+  params.seq.min_seqlen_q = min_seqlen_q;
   // The caches as (slots, rows, heads_kv, d), one box per cache row run or page (cache_rows_per_load).
   const int rows = cache_rows_per_load(kv, launch.tile.block_n);
   const TensorView &k = a.k_cache, &v = a.v_cache;
