@@ -87,14 +87,18 @@ RowsView rows_view(const TensorView& t) { return {t.data, t.stride[0], t.stride[
 
 // The split count and the launch of attention (and the combine when it splits) for a validated problem whose
 // appended keys, if any, are already in the caches. q: the (possibly rotated) queries.
-// max_seqlen_q: a packed batch shared with the dense forward (DecodeParams::max_seqlen_q), else 0.
+// max_seqlen_q: a packed batch shared with the dense forward (DecodeParams::max_seqlen_q), else 0. Its segments
+// here are decode and verify steps whose counts only the device knows, mostly a few queries: they take the 16-row
+// tile (tiles past a sequence's rows return at once) and the split count of one such tile per KV head, not the
+// 64-row tile that the bound's rows (seqlen_q x group) would choose.
 void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorView& k_cache,
                    const TensorView& v_cache, const TensorView& out, const TensorView& lse, cudaStream_t stream,
                    int64_t max_seqlen_q = 0) {
   const Problem& s = kv.attention;
   const int64_t rows = s.seqlen_q * s.group();
-  const bool wide = sm90::decode::decode_wide_rows(rows);
-  const int64_t block_m = sm90::decode::decode_block_m(rows);
+  const int64_t tile_rows = max_seqlen_q > 0 ? std::min<int64_t>(rows, 16) : rows;  // the rows tiles are sized for
+  const bool wide = sm90::decode::decode_wide_rows(tile_rows);
+  const int64_t block_m = sm90::decode::decode_block_m(tile_rows);
   DecodeParams p;
   p.kv = kv;
   p.score = s.score_transform();
@@ -118,8 +122,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
   p.total_q = s.total_q;
   p.max_seqlen_q = max_seqlen_q;
   p.row_tiles = static_cast<int>((rows + block_m - 1) / block_m);
-  p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv, rows,
-                                             s.head_dim, kv.capacity);
+  p.splits = sm90::decode::decode_num_splits(kv.num_splits, current_device_sm_count(), s.batch, s.heads_kv,
+                                             tile_rows, s.head_dim, kv.capacity);
 
   const auto launch = [&](const DecodeParams& params) {
 #define FLASH4_LAUNCH_DECODE(T, D)                                                                \
