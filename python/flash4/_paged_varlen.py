@@ -75,6 +75,9 @@ def paged_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             if lse is not None:
                 lse = lse.transpose(0, 1).reshape(lse.shape[1], total_q)  # (heads, total_q), as a packed call's
         else:  # host offsets are checked by the library, device ones clamped
+            if cu_seqlens_q.device != q.device:  # host offsets of device queries: checked here, then copied over
+                check_varlen_offsets(q, q, cu_seqlens_q, cu_seqlens_q, max_seqlen_q, max_seqlen_q)
+                cu_seqlens_q = cu_seqlens_q.to(q.device)
             res = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=block_table,
                                           cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, **options)
             out, lse = res if want_lse else (res, None)

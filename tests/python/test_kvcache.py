@@ -429,18 +429,23 @@ def test_varlen_with_block_table_prefill_chunks_beside_decode_steps():
 
 
 @pytest.mark.skipif(not hopper_present(), reason="needs a Hopper (sm_90) GPU")
-@pytest.mark.parametrize("counts, extra_rows", [([40, 1, 0, 17, 16], 2), ([24, 24, 9], 15)])
-def test_varlen_with_block_table_prefill_chunks_with_cuda_offsets(counts, extra_rows):
+@pytest.mark.parametrize("counts, extra_rows, host_offsets", [([40, 1, 0, 17, 16], 2, False),
+                                                              ([24, 24, 9], 15, False), ([24, 24, 9], 15, True)])
+def test_varlen_with_block_table_prefill_chunks_with_cuda_offsets(counts, extra_rows, host_offsets):
     # CUDA offsets, pages of 256 (whole dense K/V tiles): the segments of more than 16 queries run on the dense
     # kernel beside the decode kernel's, both reading the offsets on the device. The second batch has
-    # batch * max_seqlen_q rows but shorter segments and 15 rows in none, which no host code sees.
+    # batch * max_seqlen_q rows but shorter segments and 15 rows in none, which no host code sees. The third gives
+    # the same offsets on the CPU with CUDA tensors: checked on the host, then copied to the GPU.
     c = Case(len(counts), max(counts), 8, 2, [300, 17, 3, 700, 40][: len(counts)], page_size=256,
              dtype=torch.float16, causal=True, sink=True, seed=12)
     c.k_cache_in, c.v_cache_in = c.k_cache.clone(), c.v_cache.clone()
     cuda = copy.copy(c)
     for name in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "sink"):
         setattr(cuda, name, getattr(c, name).cuda())
-    out, lse = _mixed_paged_varlen(cuda, counts, extra_rows=extra_rows)
+    kw = {}
+    if host_offsets:
+        kw["cu_seqlens_q"] = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32)
+    out, lse = _mixed_paged_varlen(cuda, counts, extra_rows=extra_rows, **kw)
     assert out.shape[0] == sum(counts) + extra_rows
     _check_mixed(c, counts, out.cpu(), lse.cpu())
 
