@@ -74,7 +74,8 @@ def flash_attn_with_kvcache(
     reason.
 
     cu_seqlens_q (int32 (batch + 1,), FlashAttention-3's) with max_seqlen_q: packed queries, a different count per
-    sequence (decode beside speculative verify steps): q (total_q, heads, head_dim), sequence b's queries rows
+    sequence (decode beside speculative verify steps or prefill chunks; on the GPU the segments of up to 16 queries
+    run on the decode kernel, longer ones on the dense kernel): q (total_q, heads, head_dim), sequence b's queries rows
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (its last positions), at most max_seqlen_q each; out like q, lse
     (heads, total_q); rows in no segment get 0 / -inf. Not with k, v or rotary. Offsets on the GPU are not read
     on the host (clamped), so the call stays graph-capturable. page_table: FlashAttention-3's name for block_table.
