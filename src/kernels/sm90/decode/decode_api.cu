@@ -96,7 +96,8 @@ void run_attention(const KvCacheProblem& kv, const TensorView& q, const TensorVi
                    int64_t max_seqlen_q = 0) {
   const Problem& s = kv.attention;
   const int64_t rows = s.seqlen_q * s.group();
-  const int64_t tile_rows = max_seqlen_q > 0 ? std::min<int64_t>(rows, 16) : rows;  // the rows tiles are sized for
+  // The rows the tiles are sized for.
+  const int64_t tile_rows = max_seqlen_q > 0 ? std::min(rows, sm90::decode::kNarrowTileRows) : rows;
   const bool wide = sm90::decode::decode_wide_rows(tile_rows);
   const int64_t block_m = sm90::decode::decode_block_m(tile_rows);
   DecodeParams p;
@@ -229,15 +230,13 @@ void clear_uncovered_query_rows(const TensorView& out, const TensorView& lse, co
 void packed_queries_forward(const KvCacheArgs& a, const KvCacheProblem& p, cudaStream_t s) {
   const Problem& pr = p.attention;
   if (pr.batch == 0) return clear_uncovered_query_rows(a.out, a.lse, pr, s);
-  const int64_t decode_queries = decode_max_queries(pr.group());
-  const bool with_dense = pr.seqlen_q > decode_queries &&
-                          !decode_rows_on_few_ctas(pr.seqlen_q, pr.group(), pr.batch, pr.heads, p.capacity,
-                                                   current_device_sm_count()) &&
-                          kvcache_dense_readable(a, p);
-  if (!with_dense) {
+  // The dense route's question for max_seqlen_q: a segment may exceed the decode kernel's rows
+  // (max_seqlen_q > decode_max_queries), and the dense kernel can take it.
+  if (!kvcache_dense_route(a, p)) {
     return run_attention(p, packed_view(a.q, pr.batch, pr.seqlen_q, 0), a.k_cache, a.v_cache,
                          packed_view(a.out, pr.batch, pr.seqlen_q, 0), packed_lse_view(a.lse), s);
   }
+  const int64_t decode_queries = decode_max_queries(pr.group());
   if (decode_queries > 0) {
     KvCacheProblem short_segments = p;
     short_segments.attention.seqlen_q = decode_queries;

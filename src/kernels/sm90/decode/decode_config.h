@@ -73,8 +73,9 @@ struct DecodeTile {
 };
 
 // Which shape a problem with `rows` = seqlen_q * group rows per (sequence, KV head) uses.
-constexpr bool decode_wide_rows(int64_t rows) { return rows > 16; }
-constexpr int64_t decode_block_m(int64_t rows) { return decode_wide_rows(rows) ? 64 : 16; }
+inline constexpr int64_t kNarrowTileRows = 16;  // the kWarpsM = 1 tile's rows
+constexpr bool decode_wide_rows(int64_t rows) { return rows > kNarrowTileRows; }
+constexpr int64_t decode_block_m(int64_t rows) { return decode_wide_rows(rows) ? 64 : kNarrowTileRows; }
 constexpr int decode_ctas_per_sm(int64_t rows, int64_t head_dim) {
   return decode_wide_rows(rows) ? 1 : head_dim <= 128 ? 2 : 1;
 }

@@ -269,11 +269,6 @@ bool kvcache_dense_route(const KvCacheArgs& a, const KvCacheProblem& p) {
   if (decode_rows(s.seqlen_q, s.group())) return false;  // the decode kernel's rows
   if (decode_rows_on_few_ctas(s.seqlen_q, s.group(), s.batch, s.heads, p.capacity, current_device_sm_count()))
     return false;  // one long cache's few dozen queries: the decode kernel's split keys
-  return kvcache_dense_readable(a, p);
-}
-
-bool kvcache_dense_readable(const KvCacheArgs& a, const KvCacheProblem& p) {
-  const Problem& s = p.attention;
   if (p.cache_leftpad != nullptr) return false;  // the dense kernel reads each sequence's keys from row 0
   // Unpadded widths the decode kernels share (a 192 cache is refused with theirs: no GPU test reads a cache with
   // the 192 kernel yet).

@@ -16,9 +16,6 @@ namespace flash4::detail {
 // dim, and pages that hold whole K/V tiles (a power-of-two page size that is a multiple of the tile: 128 rows at
 // head dims 64 / 128, 64 at 256).
 bool kvcache_dense_route(const KvCacheArgs& args, const KvCacheProblem& p);
-// Whether the dense forward can read this call's cache at all (the route's conditions but the row counts): for a
-// packed batch (cu_seqlens_q) whose long segments it takes beside the decode kernel's short ones.
-bool kvcache_dense_readable(const KvCacheArgs& args, const KvCacheProblem& p);
 // The attention of such a call, once its keys are appended; q: the (possibly rotated) queries. min_seqlen_q: in a
 // packed batch, segments of fewer queries are left to another kernel (SequenceLayout::min_seqlen_q).
 void kvcache_dense_forward(const KvCacheProblem& p, const KvCacheArgs& args, const TensorView& q,
