@@ -1,6 +1,6 @@
 // The forward's decode route (src/kernels/sm90/decode/decode_dense.h): flash4::forward problems with few query
 // rows per KV head run on the split-KV decode kernel, dense batches and packed ones of up to max_seqlen_q queries
-// a sequence. Against the fp64 reference (out and LSE, causal bottom-right with seqlen_q < seqlen_k,
+// a sequence, and the short segments of packed batches that mix them with longer ones. Against the fp64 reference (out and LSE, causal bottom-right with seqlen_q < seqlen_k,
 // window, softcap, sink, GQA / MQA, ragged and partly used keys), and the backward run on the LSE and output the
 // route wrote.
 #include <cuda_runtime.h>
@@ -256,11 +256,44 @@ TEST(DecodeRoute, CorruptQueryOffsetsStayInBounds) {
 }
 
 // Batches the route must leave to the packed forward kernel: partly used queries, more rows per KV head than the
-// decode tiles take.
+// decode tiles take (the 3-query segment of the second still runs on the decode kernel beside it: below).
 TEST(DecodeRoute, PackedBatchesItLeaves) {
   FLASH4_REQUIRE_GPU();
   run_packed(varlen({2, 2}, {40, 300}, 8, 2, 128, kBF16, [](VarlenSpec& s) { s.seqused_q = {1, 2}; }), false);
   run_packed(varlen({16, 3}, {40, 300}, 32, 2, 128, kBF16, [](VarlenSpec& s) { s.causal = true; }), false);
+}
+
+// A packed batch of mixed query counts (prefill chunks beside decode steps): the decode kernel takes the segments
+// of up to decode_max_queries(group) queries, the packed forward kernel the longer ones, both reading the offsets
+// on the device (asserted: `decode_queries` is the share); every row judged, rows after the last segment included.
+void run_shared(const VarlenSpec& s, int64_t decode_queries) {
+  run_forward(s, [&](const ForwardArgs& args) {
+    const Support support = can_implement(args);
+    if (!support.ok && support.reason.find("not compiled") != std::string::npos) return false;
+    const detail::Problem p = detail::validate(args);
+    EXPECT_FALSE(detail::dense_decode_route(args, p));
+    EXPECT_EQ(detail::packed_decode_share(args, p), decode_queries);
+    return true;
+  });
+}
+
+TEST(DecodeRoute, PackedBatchesSharedWithTheDenseKernel) {
+  FLASH4_REQUIRE_GPU();
+  for (int64_t d : {64, 128, 256}) {
+    const DType dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    run_shared(varlen({300, 1, 0, 17, 16, 4}, {500, 40, 0, 2000, 16, 90}, 8, 2, d, dtype, [](VarlenSpec& s) {
+                 s.causal = true, s.pad_q = 3, s.nan_unused_queries = true;
+               }),
+               16);
+  }
+  run_shared(varlen({16, 17, 130}, {100, 700, 130}, 4, 4, 128, kBF16, [](VarlenSpec& s) {
+               s.causal = true, s.window_left = 60, s.softcap = 15.0f, s.sink = true;  // MHA: 16 queries decoded
+             }),
+             16);
+  run_shared(varlen({3, 40, 4, 5}, {300, 80, 1000, 5}, 32, 1, 64, kBF16, [](VarlenSpec& s) {
+               s.seqused_k = {100, 80, 0, 5}, s.pad_k = 5, s.nan_unused_keys = true;  // 32 heads a KV head: 4
+             }),
+             4);
 }
 
 }  // namespace

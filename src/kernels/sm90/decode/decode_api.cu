@@ -304,25 +304,42 @@ void cuda_forward_kvcache(const KvCacheArgs& a, const KvCacheProblem& p, Stream 
   run_attention(p, q, a.k_cache, a.v_cache, a.out, a.lse, s);
 }
 
-bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
-  // Few query rows per KV head (seqlen_q <= 16: the dense kernel's 128-row tile would be at most 1/8 used and
-  // would read K / V once per query head), every sequence with all its queries. A packed batch's sequences may
-  // hold different numbers of queries (max_seqlen_q at most) and keys (cu_seqlens_k, seqused_k).
+namespace {
+
+// Whether the decode kernel can run this forward problem's queries at all (the routes below add the row rules).
+// A packed batch's sequences may hold different numbers of queries (max_seqlen_q at most) and keys (cu_seqlens_k,
+// seqused_k).
+bool decode_kernel_runs(const ForwardArgs& a, const Problem& p) {
   if (p.seqused_q != nullptr || p.split_head_dims() || p.seqlen_q == 0) return false;
   if (a.lse.data != nullptr && a.lse.stride[a.lse.rank - 1] != 1) return false;  // the kernel's LSE rows are dense
   if (p.seqlen_k == 0) return false;
-  if (!decode_rows(p.seqlen_q, p.group()) &&
-      !decode_rows_on_few_ctas(p.seqlen_q, p.group(), p.batch, p.heads, p.seqlen_k, current_device_sm_count()))
-    return false;
   if (p.seqlen_k > kMaxKeys || p.batch > kMaxGridYz || p.heads_kv > kMaxGridYz) return false;
   return decode_refusal(a.q, p.head_dim, {&a.q, &a.k, &a.v, &a.out}).empty();
 }
 
-void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t stream) {
+}  // namespace
+
+bool dense_decode_route(const ForwardArgs& a, const Problem& p) {
+  // Few query rows per KV head (seqlen_q <= 16: the dense kernel's 128-row tile would be at most 1/8 used and
+  // would read K / V once per query head), every sequence with all its queries.
+  if (!decode_rows(p.seqlen_q, p.group()) &&
+      !decode_rows_on_few_ctas(p.seqlen_q, p.group(), p.batch, p.heads, p.seqlen_k, current_device_sm_count()))
+    return false;
+  return decode_kernel_runs(a, p);
+}
+
+int64_t packed_decode_share(const ForwardArgs& a, const Problem& p) {
+  const int64_t queries = decode_max_queries(p.group());
+  if (!p.varlen() || queries == 0 || p.seqlen_q <= queries) return 0;
+  return decode_kernel_runs(a, p) ? queries : 0;
+}
+
+void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t stream, int64_t decode_queries) {
   // The batch as a contiguous cache of the keys, nothing appended: dense, every sequence's seqlen_k keys (or
   // seqused_k of them); packed, one slot of total_k rows in which sequence b starts at cu_seqlens_k[b].
   KvCacheProblem kv;
   kv.attention = p;
+  if (decode_queries > 0) kv.attention.seqlen_q = decode_queries;  // the short segments only (packed_decode_share)
   kv.capacity = p.seqlen_k;
   kv.cache_seqlen = p.seqlen_k;
   kv.cache_seqlens = p.seqused_k;
@@ -336,9 +353,10 @@ void dense_decode_forward(const ForwardArgs& a, const Problem& p, cudaStream_t s
   kv.cu_seqlens_k = p.cu_seqlens_k;
   kv.total_k = p.total_k;
   // q, out and lse (heads, total_q) as one batch entry, in which sequence b's queries start at cu_seqlens_q[b].
-  run_attention(kv, packed_view(a.q, p.batch, p.seqlen_q, 0), packed_view(a.k, 1, p.total_k, p.total_k),
-                packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, p.seqlen_q, 0),
-                packed_lse_view(a.lse), stream);
+  const int64_t rows = kv.attention.seqlen_q;
+  run_attention(kv, packed_view(a.q, p.batch, rows, 0), packed_view(a.k, 1, p.total_k, p.total_k),
+                packed_view(a.v, 1, p.total_k, p.total_k), packed_view(a.out, p.batch, rows, 0),
+                packed_lse_view(a.lse), stream, decode_queries > 0 ? p.seqlen_q : 0);
   // Rows in no segment get out 0 and LSE -inf, as from the packed forward kernel: the decode kernel clears them
   // (decode_uncovered_rows.cuh; the forward runs no kernel for a batch of no sequence).
 }

@@ -14,6 +14,13 @@ namespace flash4::detail {
 
 // Whether the forward of this validated problem takes the decode kernel (and the decode kernel can run it).
 bool dense_decode_route(const ForwardArgs& args, const Problem& p);
-void dense_decode_forward(const ForwardArgs& args, const Problem& p, cudaStream_t stream);
+// A packed batch of mixed query counts (max_seqlen_q above decode_max_queries: prefill chunks beside decode
+// steps): the most queries of the segments the decode kernel takes beside the dense kernel, which runs the longer
+// ones (SequenceLayout::min_seqlen_q); 0 when the decode kernel takes none.
+int64_t packed_decode_share(const ForwardArgs& args, const Problem& p);
+// decode_queries > 0: only the segments of at most that many queries (packed_decode_share), the others left to
+// the dense kernel; rows in no segment are cleared either way.
+void dense_decode_forward(const ForwardArgs& args, const Problem& p, cudaStream_t stream,
+                          int64_t decode_queries = 0);
 
 }  // namespace flash4::detail

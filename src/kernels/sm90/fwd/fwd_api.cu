@@ -233,10 +233,15 @@ void cuda_forward(const ForwardArgs& args, const Problem& p, Stream stream) {
   if (p.seqlen_k == 0 || p.total_k == 0 || p.batch == 0) return launch_forward_no_keys(args, p, s);
   if (q.dtype == DType::kFloat8E4M3) return cuda_forward_fp8(args, p, s);
   if (dense_decode_route(args, p)) return dense_decode_forward(args, p, s);  // decode-like: the split-KV kernel
-  // Rows in no sequence (past seqused_q or the last packed segment) are cleared first; the kernel writes the rest.
-  if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
+  // A packed batch's short segments beside long ones: the decode kernel takes them (and clears the rows in no
+  // segment). Otherwise rows in no sequence (past seqused_q or the last packed segment) are cleared first; the
+  // kernel writes the rest.
+  const int64_t decode_queries = packed_decode_share(args, p);
+  if (decode_queries > 0) dense_decode_forward(args, p, s, decode_queries);
+  else if (p.varlen() || p.seqused_q != nullptr) launch_forward_uncovered_rows(args, p, s);
   const FwdLaunchConfig launch = choose_fwd_launch(p);
-  const FwdParams params = make_fwd_params(args, p, launch.tile);
+  FwdParams params = make_fwd_params(args, p, launch.tile);
+  if (decode_queries > 0) params.seq.min_seqlen_q = decode_queries + 1;
   launch_compiled_forward(params, launch, q.dtype, fwd_kernel_head_dim(p.head_dim, p.head_dim_v),
                           kernel_head_dim_v(p.head_dim, p.head_dim_v), masked, s);
 }
