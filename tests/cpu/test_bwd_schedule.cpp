@@ -158,15 +158,20 @@ TEST(BwdSchedule, PersistentCtasWhereItemsAreShort) {
 
 // work_item numbers every (key tile, kv slot, batch) once, with each pair's key tiles in key_tile_of_launch's
 // order as w grows (what deterministic waits assume on the one-item-per-CTA grid, and what a persistent CTA's
-// increasing stride keeps); with a split GQA group, the slots' query heads cover each kv head's group once.
+// increasing stride keeps); with a split GQA group, the slots' query heads cover each kv head's group once. In
+// the slots-first order (order_section > 0) every pair of a section takes its step s before any takes s + 1,
+// and the sections follow one another; the one-item-per-CTA grid (item_grid, grid_position) runs the same order.
 TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
   for (int n_blocks : {1, 3, 32})
     for (int heads_kv : {1, 5})
       for (int batch : {1, 3})
         for (int parts : {1, 2, 4})
           for (bool deterministic : {false, true})
-            for (bool masked : {false, true}) {
+            for (bool masked : {false, true})
+              for (int section : {0, 1, 2, 7, 1000}) {
+              if (deterministic && section > 0) continue;  // bwd_order_section: never in deterministic mode
               BwdParams p;
+              p.order_section = section;
               p.n_blocks = n_blocks;
               p.heads_kv = heads_kv;
               p.group = 4;
@@ -179,11 +184,26 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
               ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * slots * batch);
               std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(slots * batch, 0);
               std::vector<int> head_seen(static_cast<size_t>(p.heads * batch * n_blocks), 0);
+              const GridDims dims = item_grid(p);
+              ASSERT_EQ(static_cast<long long>(dims.x) * dims.y * dims.z, work_items(p));
+              long long last_rank = -1;  // (section, step) of the slots-first order, non-decreasing in w
               for (long long w = 0; w < work_items(p); ++w) {
                 const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
                 ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.slot >= 0 && item.slot < slots &&
                             item.b >= 0 && item.b < batch);
+                const unsigned x = static_cast<unsigned>(w % dims.x), y = static_cast<unsigned>(w / dims.x % dims.y);
+                const unsigned z = static_cast<unsigned>(w / (static_cast<long long>(dims.x) * dims.y));
+                const ItemPosition at = grid_position(p, x, y, z);  // the CTA launched w-th of the grid
+                ASSERT_TRUE(at.slot == item.slot && at.b == item.b &&
+                            (masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch)) ==
+                                item.n_block)
+                    << "grid position " << w;
                 const int pair = item.b * slots + item.slot;
+                if (section > 0) {
+                  const long long rank = static_cast<long long>(pair / section) * n_blocks + item_position(p, w).launch;
+                  EXPECT_GE(rank, last_rank) << "item " << w;
+                  last_rank = rank;
+                }
                 ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
                 const int expected =
                     masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
@@ -199,7 +219,7 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
               }
               for (int count : seen) EXPECT_EQ(count, 1);
               for (int count : head_seen) EXPECT_EQ(count, 1);  // each (query head, key tile) in one item
-            }
+              }
 }
 
 // The GQA group split (bwd_group_parts): none where it cannot pay (MHA, items that fill the GPU several times), a
@@ -226,6 +246,39 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
       }
   // 128 full items already fill 132 SMs: a split would only add partials.
   EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms), 1);
+  // Measured (docs/performance.md, "The backward's item order"): b = 1, s = 4096, 32 / 4 heads, causal, d = 128:
+  // 128 items whose longest holds 64 Q tiles per head; four parts ran 1.15x two.
+  EXPECT_EQ(bwd_group_parts(128, 64, 4 * total, 8, kSms), 4);
+  // b = 1, s = 8192, 8 / 1, causal: 64 items of up to 128 Q tiles; four parts 1.05x eight.
+  long long total_8k = 0;
+  for (int n = 0; n < 64; ++n) total_8k += 128 - 2 * n;
+  EXPECT_EQ(bwd_group_parts(64, 128, total_8k, 8, kSms), 4);
+  // b = 4, s = 4096, 16 / 4, causal, d = 64 (128 x 128 tiles): 512 items, no room for parts (4 x SMs).
+  EXPECT_EQ(bwd_group_parts(512, 32, 16 * 528, 4, kSms), 1);
+}
+
+// The slots-first order's sections (bwd_order_section): none in deterministic mode or for unmasked launches of
+// whole groups; otherwise as many (slot, batch) pairs as have their Q and dO within the budget, at least one.
+TEST(BwdSchedule, OrderSectionsHoldTheirQueriesInL2) {
+  BwdParams p;
+  p.batch = 4;
+  p.heads = 16;
+  p.heads_kv = 16;
+  p.group = 1;
+  p.head_dim = p.head_dim_v = 128;
+  p.seqlen_q = 4096;  // 2 MB of Q and dO per head
+  EXPECT_EQ(bwd_order_section(p, false, 2), 0);
+  EXPECT_EQ(bwd_order_section(p, true, 2), 16);  // 32 MB
+  EXPECT_EQ(bwd_order_section(p, true, 2, 1ll << 40), 64);  // every pair
+  p.seqlen_q = 1 << 20;
+  EXPECT_EQ(bwd_order_section(p, true, 2), 1);
+  p.seqlen_q = 4096;
+  p.heads_kv = 4;
+  p.group = 4;
+  p.group_parts = 2;  // a slot holds two query heads
+  EXPECT_EQ(bwd_order_section(p, false, 2), 8);
+  p.deterministic = true;
+  EXPECT_EQ(bwd_order_section(p, true, 2), 0);
 }
 
 // Deterministic mode's split (det_group_parts) depends on the heads alone: the fewest parts (a divisor of the

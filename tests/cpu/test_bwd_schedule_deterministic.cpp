@@ -191,10 +191,10 @@ int simulate_grid(const BwdParams& p, int resident, std::vector<int>& semaphores
       const int x = static_cast<int>(launched % dims.x), y = static_cast<int>(launched / dims.x % dims.y);
       const int z = static_cast<int>(launched / (static_cast<long long>(dims.x) * dims.y));
       ++launched;
-      const GridItem item = slot_fastest(p) ? GridItem{y, x} : GridItem{x, y};  // as grid_item on the device
+      const ItemPosition item = grid_position(p, x, y, z);  // as grid_item on the device
       const int n = key_tile_of_launch<kMasked>(p, item.launch);
       const GroupPart gp = group_part(p, item.slot);
-      running.push_back({n, z, gp.h_first, gp.heads, 0, 0, q_range<Tile>(p, n)});
+      running.push_back({n, item.b, gp.h_first, gp.heads, 0, 0, q_range<Tile>(p, n)});
     }
     running.erase(std::remove_if(running.begin(), running.end(), [](const Cta& c) { return c.range.m_count == 0; }),
                   running.end());
@@ -234,7 +234,7 @@ TEST(BwdSchedule, DeterministicSplitGroupsCompleteWithoutDeadlock) {
             p.batch = batch;
             p.group_parts = det_group_parts(group, heads_kv);
             ASSERT_GT(p.group_parts, 1);
-            ASSERT_FALSE(slot_fastest(p)) << "a slot's key tiles stay together in deterministic mode";
+            ASSERT_EQ(bwd_order_section(p, true, 2), 0) << "a slot's key tiles stay together in deterministic mode";
             const bool rotate = !mask.masked && det_rotates(p.m_blocks, p.n_blocks, p.n_blocks);
             for (bool rotated : {false, rotate}) {
               p.det_rotated = rotated;

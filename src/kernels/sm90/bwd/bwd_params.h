@@ -63,6 +63,9 @@ struct BwdParams {
   float* dk_partial = nullptr;
   float* dv_partial = nullptr;
   int64_t partial_rows = 0;  // key rows of one part: batch * seqlen_k, or total_k when the keys are packed
+  // Work items' order (bwd_schedule.h, item_position): 0 = each (slot, batch) pair's key tiles one after the other;
+  // > 0 = every pair's first key tiles first, within sections of this many pairs (bwd_order_section).
+  int order_section = 0;
 
   // Mask as a band: key j is visible to query i iff band_lo <= j - i <= band_hi (and j < seqlen_k). Unbounded
   // sides are clamped sentinels (+-kBandSentinel) that every real offset satisfies.

@@ -115,46 +115,64 @@ FLASH4_HD BshdStrides partial_strides(const BwdParams& p, int width) {
   return {p.seqlen_k * row, row, width};
 }
 
-// Work items: one per (key tile, kv slot, batch), numbered with the key step fastest,
-// w = step + n_blocks (slot + kv_slots b), and the key tile of a step from key_tile_of_launch. With a split GQA
-// group outside deterministic mode the slot is fastest instead, w = slot + kv_slots (step + n_blocks b): then the
-// first key steps of every slot come first (under a causal mask the longest items, which would otherwise start
-// last and set the time). Deterministic mode keeps a slot's key tiles together, so that its CTAs wait only on
-// CTAs launched before them and the rotated order finds a slot's CTAs resident together (det_rotates).
-// 32-bit: the host launches only problems with fewer than 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit
-// division is a subroutine call whose registers the producer and dQ writer warps (24 each) do not have.
+FLASH4_HD long long work_items(const BwdParams& p) {
+  return static_cast<long long>(p.n_blocks) * kv_slots(p) * p.batch;
+}
+
+// Work items: one per (key tile, kv slot, batch), numbered w in one of two orders (BwdParams::order_section):
+//  * key step fastest (order_section 0): w = step + n_blocks (slot + kv_slots b), each (slot, batch) pair's key
+//    tiles one after the other. Deterministic mode keeps this order, so that a CTA waits only on CTAs launched
+//    before it and the rotated order finds a pair's CTAs resident together (det_rotates); so do launches without
+//    a mask and without a split group, whose items are all alike (the order only decides what shares L2).
+//  * slots first within L2 sections (order_section > 0): the pairs q = slot + kv_slots b are cut into sections of
+//    order_section pairs (the last may be narrower); within a section the key step is slowest,
+//    w = first n_blocks + step width + (q - first). Under a mask the first key steps are the longest items (a
+//    causal band's first key tile sees every query), so every pair's longest items start before any pair's short
+//    ones: longest-processing-time order, which the key-step-fastest order only gives within one pair, and which
+//    decides the time where the items are few per SM (GQA, short sequences). The sections keep the pairs whose
+//    Q and dO are read at the same time within L2 (bwd_order_section).
+// The key tile of a step comes from key_tile_of_launch. 32-bit: the host launches only problems with fewer than
+// 2^31 items (launch_bwd_wgmma_kernel), and a 64-bit division is a subroutine call whose registers the producer
+// and dQ writer warps (24 each) do not have.
 struct BwdWork {
   int n_block, slot, b;
 };
-FLASH4_HD bool slot_fastest(const BwdParams& p) { return p.group_parts > 1 && !p.deterministic; }
-template <bool kMasked>
-FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
+// An item's launch step (key_tile_of_launch's argument), kv slot and batch entry.
+struct ItemPosition {
+  int launch, slot, b;
+};
+FLASH4_HD ItemPosition item_position(const BwdParams& p, int w) {
   const unsigned u = static_cast<unsigned>(w), n_blocks = static_cast<unsigned>(p.n_blocks);
   const unsigned slots = static_cast<unsigned>(kv_slots(p));
-  if (slot_fastest(p)) {
-    const unsigned rest = u / slots, b = rest / n_blocks;
-    return {key_tile_of_launch<kMasked>(p, static_cast<int>(rest - b * n_blocks)), static_cast<int>(u - rest * slots),
-            static_cast<int>(b)};
+  if (p.order_section > 0) {
+    const unsigned pairs = slots * static_cast<unsigned>(p.batch), section = static_cast<unsigned>(p.order_section);
+    const unsigned first = u / (section * n_blocks) * section;  // the section's first pair
+    const unsigned width = pairs - first < section ? pairs - first : section;
+    const unsigned r = u - first * n_blocks;  // position in the section
+    const unsigned step = r / width, q = first + (r - step * width), b = q / slots;
+    return {static_cast<int>(step), static_cast<int>(q - b * slots), static_cast<int>(b)};
   }
-  const unsigned pair = u / n_blocks;
-  return {key_tile_of_launch<kMasked>(p, static_cast<int>(u - pair * n_blocks)), static_cast<int>(pair % slots),
-          static_cast<int>(pair / slots)};
+  const unsigned pair = u / n_blocks, b = pair / slots;
+  return {static_cast<int>(u - pair * n_blocks), static_cast<int>(pair - b * slots), static_cast<int>(b)};
 }
-// The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch), or (kv slots, n_blocks, batch) where
-// the slot is fastest. GridItem is a CTA's (launch position of its key tile, slot).
-struct GridItem {
-  int launch, slot;
-};
+template <bool kMasked>
+FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
+  const ItemPosition at = item_position(p, w);
+  return {key_tile_of_launch<kMasked>(p, at.launch), at.slot, at.b};
+}
+// The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch) with the key step fastest, or a 1-D
+// grid of the items where the slots come first (whose sections a 3-D grid cannot express).
 struct GridDims {
   unsigned x, y, z;
 };
 FLASH4_HD GridDims item_grid(const BwdParams& p) {
-  const unsigned n = static_cast<unsigned>(p.n_blocks), slots = static_cast<unsigned>(kv_slots(p));
-  const unsigned b = static_cast<unsigned>(p.batch);
-  return slot_fastest(p) ? GridDims{slots, n, b} : GridDims{n, slots, b};
+  if (p.order_section > 0) return {static_cast<unsigned>(work_items(p)), 1u, 1u};
+  return {static_cast<unsigned>(p.n_blocks), static_cast<unsigned>(kv_slots(p)), static_cast<unsigned>(p.batch)};
 }
-FLASH4_HD long long work_items(const BwdParams& p) {
-  return static_cast<long long>(p.n_blocks) * kv_slots(p) * p.batch;
+// The item of the CTA at grid position (x, y, z) of item_grid (grid_item on the device).
+FLASH4_HD ItemPosition grid_position(const BwdParams& p, unsigned x, unsigned y, unsigned z) {
+  if (p.order_section > 0) return item_position(p, static_cast<int>(x));
+  return {static_cast<int>(x), static_cast<int>(y), static_cast<int>(z)};
 }
 
 // How many parts to split each GQA group into (BwdParams::group_parts): a divisor of the group. Items are
@@ -162,8 +180,10 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 // sequences (MQA after tensor parallelism: one kv head per GPU) they are fewer than the SMs, or a causal mask
 // makes the first key tiles' items far longer than the average, and the longest item sets the time. Splitting
 // the group divides every item by the parts, at the price of fp32 dK, dV partials and their sum. Model, in Q-tile
-// steps: time(parts) = max(longest item / parts, total / min(SMs, items * parts)) * (1 + 0.04 (parts - 1)), the
-// last factor the partials' traffic (measured in docs/performance.md); the cheapest parts wins, ties to fewer.
+// steps, with L the longest item and W the work per busy SM: L where the items fit one wave on the SMs, else
+// max(L, W + 0.3 L) (the items are handed out longest first, bwd_order_section, and the last ones still end
+// unevenly), times 1 + 0.05 (parts - 1) for the partials' traffic and their sum; the cheapest parts wins, ties to
+// fewer (the constants fit the measurements in docs/performance.md).
 // Problems whose items fill the GPU several times over keep whole groups; and items x parts stays within 4 x SMs,
 // which bounds the partials (about 70 MB at most: 528 items of 128 keys x 1 KB of dK + dV per key at d = 128, or
 // 64 x 2 KB at 256) whatever the group size. `longest` and `total`: Q-tile steps of one query head. Deterministic
@@ -176,14 +196,30 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
   for (int parts = 1; parts <= group && items * parts <= 4LL * sms; ++parts) {
     if (group % parts != 0) continue;
     const double busy = static_cast<double>(min_of(static_cast<long long>(sms), items * parts));
-    const double time = max_of(static_cast<double>(longest) * group / parts, work / busy) *
-                        (1.0 + 0.04 * (parts - 1));
+    const double item = static_cast<double>(longest) * group / parts;  // L
+    const double waves = items * parts <= sms ? item : max_of(item, work / busy + 0.3 * item);
+    const double time = waves * (1.0 + 0.05 * (parts - 1));
     if (parts == 1 || time < best_time) {
       best = parts;
       best_time = time;
     }
   }
   return best;
+}
+
+// The slots-first order's section (BwdParams::order_section; 0: key step fastest). Slots first outside
+// deterministic mode where items differ in length (a mask) or a GQA group is split; as many (slot, batch) pairs a
+// section as have the Q and dO their items read (the slot's query heads over max_seqlen_q rows, `element_bytes`
+// each) within kBwdL2SectionBytes, so that the items running at once share what L2 holds.
+inline constexpr long long kBwdL2SectionBytes = 32ll << 20;
+FLASH4_HD int bwd_order_section(const BwdParams& p, bool masked, int element_bytes,
+                                long long budget_bytes = kBwdL2SectionBytes) {
+  if (p.deterministic || (!masked && p.group_parts == 1)) return 0;
+  const long long pairs = static_cast<long long>(kv_slots(p)) * p.batch;
+  const long long pair_bytes = static_cast<long long>(p.seqlen_q) * (p.group / p.group_parts) *
+                               (p.head_dim + p.head_dim_v) * element_bytes;
+  const long long section = pair_bytes > 0 ? budget_bytes / pair_bytes : pairs;
+  return static_cast<int>(max_of(1LL, min_of(section, pairs)));
 }
 
 // Deterministic mode: a sequence's gradients must be the same bits whether it runs alone or in a packed batch,
@@ -245,9 +281,8 @@ __device__ __forceinline__ BwdWorkRange grid_work(const BwdParams& p) {
 __device__ __forceinline__ int claim_next_item(const BwdParams& p) {
   return static_cast<int>(gridDim.x) + atomicAdd(p.work_counter, 1);
 }
-__device__ __forceinline__ GridItem grid_item(const BwdParams& p) {
-  const int x = static_cast<int>(blockIdx.x), y = static_cast<int>(blockIdx.y);
-  return slot_fastest(p) ? GridItem{y, x} : GridItem{x, y};
+__device__ __forceinline__ ItemPosition grid_item(const BwdParams& p) {
+  return grid_position(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 template <bool kMasked>
 __device__ __forceinline__ int grid_n_block(const BwdParams& p) {

@@ -32,10 +32,10 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_wgmma_kernel(const __
 
 // Launches the masked or unmasked kernel. Kernels with kPersistent (launched only with a work counter, outside
 // deterministic mode: launch_bwd_wgmma): one CTA per SM on a 1-D grid, each claiming work items until none are
-// left (bwd_schedule.h). Otherwise one CTA per item on a (n_blocks, kv slots, batch) grid (kv_slots: the kv heads
-// times the GQA group's parts; item_grid puts the slots first where the group is split, outside deterministic
-// mode): the key step is the fastest grid index, so in deterministic mode a CTA waits only on CTAs of the same (kv head, batch) with lower
-// linear block indices, which are therefore already scheduled.
+// left (bwd_schedule.h). Otherwise one CTA per item on item_grid: a (n_blocks, kv slots, batch) grid (kv_slots:
+// the kv heads times the GQA group's parts) with the key step the fastest index, so that in deterministic mode a
+// CTA waits only on CTAs of the same (kv head, batch) with lower linear block indices, which are therefore already
+// scheduled; or, where the slots come first (BwdParams::order_section), a 1-D grid in that order.
 template <class Masked, class Unmasked>
 void launch_bwd_wgmma_kernel(const BwdWgmmaParams& params, bool masked, cudaStream_t stream) {
   static_assert(Masked::kThreads == Unmasked::kThreads);

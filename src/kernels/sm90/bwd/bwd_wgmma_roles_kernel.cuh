@@ -117,7 +117,8 @@ struct BwdWgmmaRolesKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const int slot = grid_item(P.p).slot, b = static_cast<int>(blockIdx.z);  // slot: GroupPart
+    const ItemPosition item = grid_item(P.p);
+    const int slot = item.slot, b = item.b;  // slot: GroupPart
     if constexpr (kPacked) {
       run_item(P, s, warpgroup, entry_of<kBlockM, kBlockN>(P.p, b), slot, b);
     } else {
