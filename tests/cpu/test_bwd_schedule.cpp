@@ -257,28 +257,34 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
   EXPECT_EQ(bwd_group_parts(512, 32, 16 * 528, 4, kSms), 1);
 }
 
-// The slots-first order's sections (bwd_order_section): none in deterministic mode or for unmasked launches of
-// whole groups; otherwise as many (slot, batch) pairs as have their Q and dO within the budget, at least one.
+// The slots-first order's sections (bwd_order_section): none in deterministic mode, for unmasked launches of
+// whole groups or for more than 4 items per SM; otherwise as many (slot, batch) pairs as have their Q and dO
+// within the budget, at least one.
 TEST(BwdSchedule, OrderSectionsHoldTheirQueriesInL2) {
+  constexpr int kSms = 132;
   BwdParams p;
-  p.batch = 4;
+  p.batch = 1;
   p.heads = 16;
   p.heads_kv = 16;
   p.group = 1;
   p.head_dim = p.head_dim_v = 128;
   p.seqlen_q = 4096;  // 2 MB of Q and dO per head
-  EXPECT_EQ(bwd_order_section(p, false, 2), 0);
-  EXPECT_EQ(bwd_order_section(p, true, 2), 16);  // 32 MB
-  EXPECT_EQ(bwd_order_section(p, true, 2, 1ll << 40), 64);  // every pair
+  p.n_blocks = 32;    // 512 items
+  EXPECT_EQ(bwd_order_section(p, false, 2, kSms), 0);
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 16);             // 32 MB: every pair
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms, 8ll << 20), 4);   // 8 MB
+  p.batch = 2;                                                    // 1024 items: many per SM
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 0);
+  p.batch = 1;
   p.seqlen_q = 1 << 20;
-  EXPECT_EQ(bwd_order_section(p, true, 2), 1);
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 1);
   p.seqlen_q = 4096;
   p.heads_kv = 4;
   p.group = 4;
-  p.group_parts = 2;  // a slot holds two query heads
-  EXPECT_EQ(bwd_order_section(p, false, 2), 8);
+  p.group_parts = 2;  // a slot holds two query heads: 256 items
+  EXPECT_EQ(bwd_order_section(p, false, 2, kSms), 8);
   p.deterministic = true;
-  EXPECT_EQ(bwd_order_section(p, true, 2), 0);
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 0);
 }
 
 // Deterministic mode's split (det_group_parts) depends on the heads alone: the fewest parts (a divisor of the

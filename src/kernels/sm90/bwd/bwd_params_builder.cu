@@ -181,7 +181,7 @@ sm90::BwdParams make_bwd_params(const BackwardArgs& args, const Problem& p, cons
 
   if (launch.wgmma) params.group_parts = group_parts_for(params, launch, sm_count);
   // 16-bit Q and dO (the backward's element types).
-  if (launch.wgmma) params.order_section = sm90::bwd::bwd_order_section(params, p.has_mask(), 2);
+  if (launch.wgmma) params.order_section = sm90::bwd::bwd_order_section(params, p.has_mask(), 2, sm_count);
   // A split group's fp32 dK, dV partials (bwd_params.h), one block of key rows per part.
   params.partial_rows = params.seq.cu_seqlens_k != nullptr ? p.total_k : p.batch * p.seqlen_k;
   // The wgmma kernel of widths 64 / 96 / 128 stages its dQ pieces in fragment order (bwd_params.h); the others

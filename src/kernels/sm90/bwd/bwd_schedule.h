@@ -208,13 +208,17 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
 }
 
 // The slots-first order's section (BwdParams::order_section; 0: key step fastest). Slots first outside
-// deterministic mode where items differ in length (a mask) or a GQA group is split; as many (slot, batch) pairs a
-// section as have the Q and dO their items read (the slot's query heads over max_seqlen_q rows, `element_bytes`
-// each) within kBwdL2SectionBytes, so that the items running at once share what L2 holds.
+// deterministic mode where items differ in length (a mask) or a GQA group is split, and only where they are few
+// per SM (at most 4 x sms): there the last items' unevenness sets the time. With many items per SM the key step
+// fastest order ends evenly enough, and its running items share their pairs' Q, dO and dQ rows in L2, which
+// items of many pairs at once do not (measured in docs/performance.md, "The backward's item order"). A section
+// holds as many (slot, batch) pairs as have the Q and dO their items read (the slot's query heads over
+// max_seqlen_q rows, `element_bytes` each) within kBwdL2SectionBytes.
 inline constexpr long long kBwdL2SectionBytes = 32ll << 20;
-FLASH4_HD int bwd_order_section(const BwdParams& p, bool masked, int element_bytes,
+FLASH4_HD int bwd_order_section(const BwdParams& p, bool masked, int element_bytes, int sms,
                                 long long budget_bytes = kBwdL2SectionBytes) {
   if (p.deterministic || (!masked && p.group_parts == 1)) return 0;
+  if (work_items(p) > 4LL * sms) return 0;
   const long long pairs = static_cast<long long>(kv_slots(p)) * p.batch;
   const long long pair_bytes = static_cast<long long>(p.seqlen_q) * (p.group / p.group_parts) *
                                (p.head_dim + p.head_dim_v) * element_bytes;
