@@ -169,7 +169,7 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
           for (bool deterministic : {false, true})
             for (bool masked : {false, true})
               for (int section : {0, 1, 2, 7, 1000}) {
-              if (deterministic && section > 0) continue;  // bwd_order_section: never in deterministic mode
+              if ((deterministic || !masked) && section > 0) continue;  // never so (bwd_order_section)
               BwdParams p;
               p.order_section = section;
               p.n_blocks = n_blocks;
@@ -193,14 +193,15 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
                             item.b >= 0 && item.b < batch);
                 const unsigned x = static_cast<unsigned>(w % dims.x), y = static_cast<unsigned>(w / dims.x % dims.y);
                 const unsigned z = static_cast<unsigned>(w / (static_cast<long long>(dims.x) * dims.y));
-                const ItemPosition at = grid_position(p, x, y, z);  // the CTA launched w-th of the grid
+                const ItemPosition at = masked ? grid_position<true>(p, x, y, z)  // the CTA launched w-th
+                                               : grid_position<false>(p, x, y, z);
                 ASSERT_TRUE(at.slot == item.slot && at.b == item.b &&
                             (masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch)) ==
                                 item.n_block)
                     << "grid position " << w;
                 const int pair = item.b * slots + item.slot;
                 if (section > 0) {
-                  const long long rank = static_cast<long long>(pair / section) * n_blocks + item_position(p, w).launch;
+                  const long long rank = static_cast<long long>(pair / section) * n_blocks + at.launch;
                   EXPECT_GE(rank, last_rank) << "item " << w;
                   last_rank = rank;
                 }
@@ -257,8 +258,8 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
   EXPECT_EQ(bwd_group_parts(512, 32, 16 * 528, 4, kSms), 1);
 }
 
-// The slots-first order's sections (bwd_order_section): none in deterministic mode, for unmasked launches of
-// whole groups or for more than 4 items per SM; otherwise as many (slot, batch) pairs as have their Q and dO
+// The slots-first order's sections (bwd_order_section): none in deterministic mode, for unmasked launches or
+// for more than 4 items per SM; otherwise as many (slot, batch) pairs as have their Q and dO
 // within the budget, at least one.
 TEST(BwdSchedule, OrderSectionsHoldTheirQueriesInL2) {
   constexpr int kSms = 132;
@@ -282,7 +283,8 @@ TEST(BwdSchedule, OrderSectionsHoldTheirQueriesInL2) {
   p.heads_kv = 4;
   p.group = 4;
   p.group_parts = 2;  // a slot holds two query heads: 256 items
-  EXPECT_EQ(bwd_order_section(p, false, 2, kSms), 8);
+  EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 8);
+  EXPECT_EQ(bwd_order_section(p, false, 2, kSms), 0);  // unmasked kernels know one order
   p.deterministic = true;
   EXPECT_EQ(bwd_order_section(p, true, 2, kSms), 0);
 }

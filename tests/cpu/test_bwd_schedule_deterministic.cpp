@@ -191,7 +191,7 @@ int simulate_grid(const BwdParams& p, int resident, std::vector<int>& semaphores
       const int x = static_cast<int>(launched % dims.x), y = static_cast<int>(launched / dims.x % dims.y);
       const int z = static_cast<int>(launched / (static_cast<long long>(dims.x) * dims.y));
       ++launched;
-      const ItemPosition item = grid_position(p, x, y, z);  // as grid_item on the device
+      const ItemPosition item = grid_position<kMasked>(p, x, y, z);  // as grid_item on the device
       const int n = key_tile_of_launch<kMasked>(p, item.launch);
       const GroupPart gp = group_part(p, item.slot);
       running.push_back({n, item.b, gp.h_first, gp.heads, 0, 0, q_range<Tile>(p, n)});

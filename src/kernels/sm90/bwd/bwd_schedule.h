@@ -123,7 +123,7 @@ FLASH4_HD long long work_items(const BwdParams& p) {
 //  * key step fastest (order_section 0): w = step + n_blocks (slot + kv_slots b), each (slot, batch) pair's key
 //    tiles one after the other. Deterministic mode keeps this order, so that a CTA waits only on CTAs launched
 //    before it and the rotated order finds a pair's CTAs resident together (det_rotates); so do launches without
-//    a mask and without a split group, whose items are all alike (the order only decides what shares L2).
+//    a mask, whose items are all alike (the order only decides what shares L2).
 //  * slots first within L2 sections (order_section > 0): the pairs q = slot + kv_slots b are cut into sections of
 //    order_section pairs (the last may be narrower); within a section the key step is slowest,
 //    w = first n_blocks + step width + (q - first). Under a mask the first key steps are the longest items (a
@@ -141,10 +141,13 @@ struct BwdWork {
 struct ItemPosition {
   int launch, slot, b;
 };
+// Unmasked kernels are compiled with the key-step-fastest order alone (bwd_order_section never gives them
+// another): their producer and dQ writer warps keep the registers the decode would take.
+template <bool kMasked>
 FLASH4_HD ItemPosition item_position(const BwdParams& p, int w) {
   const unsigned u = static_cast<unsigned>(w), n_blocks = static_cast<unsigned>(p.n_blocks);
   const unsigned slots = static_cast<unsigned>(kv_slots(p));
-  if (p.order_section > 0) {
+  if (kMasked && p.order_section > 0) {
     const unsigned pairs = slots * static_cast<unsigned>(p.batch), section = static_cast<unsigned>(p.order_section);
     const unsigned first = u / (section * n_blocks) * section;  // the section's first pair
     const unsigned width = pairs - first < section ? pairs - first : section;
@@ -157,7 +160,7 @@ FLASH4_HD ItemPosition item_position(const BwdParams& p, int w) {
 }
 template <bool kMasked>
 FLASH4_HD BwdWork work_item(const BwdParams& p, int w) {
-  const ItemPosition at = item_position(p, w);
+  const ItemPosition at = item_position<kMasked>(p, w);
   return {key_tile_of_launch<kMasked>(p, at.launch), at.slot, at.b};
 }
 // The one-item-per-CTA grid in the same order: (n_blocks, kv slots, batch) with the key step fastest, or a 1-D
@@ -170,8 +173,9 @@ FLASH4_HD GridDims item_grid(const BwdParams& p) {
   return {static_cast<unsigned>(p.n_blocks), static_cast<unsigned>(kv_slots(p)), static_cast<unsigned>(p.batch)};
 }
 // The item of the CTA at grid position (x, y, z) of item_grid (grid_item on the device).
+template <bool kMasked>
 FLASH4_HD ItemPosition grid_position(const BwdParams& p, unsigned x, unsigned y, unsigned z) {
-  if (p.order_section > 0) return item_position(p, static_cast<int>(x));
+  if (kMasked && p.order_section > 0) return item_position<kMasked>(p, static_cast<int>(x));
   return {static_cast<int>(x), static_cast<int>(y), static_cast<int>(z)};
 }
 
@@ -208,8 +212,8 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
 }
 
 // The slots-first order's section (BwdParams::order_section; 0: key step fastest). Slots first outside
-// deterministic mode where items differ in length (a mask) or a GQA group is split, and only where they are few
-// per SM (at most 4 x sms): there the last items' unevenness sets the time. With many items per SM the key step
+// deterministic mode where items differ in length (a mask), and only where they are few per SM (at most
+// 4 x sms): there the last items' unevenness sets the time. With many items per SM the key step
 // fastest order ends evenly enough, and its running items share their pairs' Q, dO and dQ rows in L2, which
 // items of many pairs at once do not (measured in docs/performance.md, "The backward's item order"). A section
 // holds as many (slot, batch) pairs as have the Q and dO their items read (the slot's query heads over
@@ -217,7 +221,7 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
 inline constexpr long long kBwdL2SectionBytes = 32ll << 20;
 FLASH4_HD int bwd_order_section(const BwdParams& p, bool masked, int element_bytes, int sms,
                                 long long budget_bytes = kBwdL2SectionBytes) {
-  if (p.deterministic || (!masked && p.group_parts == 1)) return 0;
+  if (p.deterministic || !masked) return 0;
   if (work_items(p) > 4LL * sms) return 0;
   const long long pairs = static_cast<long long>(kv_slots(p)) * p.batch;
   const long long pair_bytes = static_cast<long long>(p.seqlen_q) * (p.group / p.group_parts) *
@@ -285,12 +289,13 @@ __device__ __forceinline__ BwdWorkRange grid_work(const BwdParams& p) {
 __device__ __forceinline__ int claim_next_item(const BwdParams& p) {
   return static_cast<int>(gridDim.x) + atomicAdd(p.work_counter, 1);
 }
+template <bool kMasked>
 __device__ __forceinline__ ItemPosition grid_item(const BwdParams& p) {
-  return grid_position(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  return grid_position<kMasked>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 template <bool kMasked>
 __device__ __forceinline__ int grid_n_block(const BwdParams& p) {
-  return key_tile_of_launch<kMasked>(p, grid_item(p).launch);
+  return key_tile_of_launch<kMasked>(p, grid_item<kMasked>(p).launch);
 }
 #endif
 

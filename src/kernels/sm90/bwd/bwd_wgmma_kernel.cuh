@@ -192,7 +192,7 @@ struct BwdWgmmaKernel {
   // One CTA per work item, the item from the grid position (deterministic order: bwd_schedule.h): each role runs
   // its item function once, with fresh pipeline state (no item loop: ptxas keeps the per-item values in registers).
   static __device__ __forceinline__ void run_one_item(const BwdWgmmaParams& P, SharedStorage& s, int warpgroup) {
-    const ItemPosition item = grid_item(P.p);
+    const ItemPosition item = grid_item<kMasked>(P.p);
     const int slot = item.slot, b = item.b;  // slot: GroupPart
     const auto& e = entry(P.p, b);
     const int n_block = key_tile(e, item.launch);

@@ -117,7 +117,7 @@ struct BwdWgmmaRolesKernel {
       mbarrier::fence_init();
     }
     __syncthreads();
-    const ItemPosition item = grid_item(P.p);
+    const ItemPosition item = grid_item<kMasked>(P.p);
     const int slot = item.slot, b = item.b;  // slot: GroupPart
     if constexpr (kPacked) {
       run_item(P, s, warpgroup, entry_of<kBlockM, kBlockN>(P.p, b), slot, b);
@@ -133,7 +133,7 @@ struct BwdWgmmaRolesKernel {
     int n_block;  // deterministic order: bwd_schedule.h
     QRange range;
     if constexpr (kPacked) {
-      n_block = entry_key_tile<kMasked>(e, grid_item(P.p).launch);
+      n_block = entry_key_tile<kMasked>(e, grid_item<kMasked>(P.p).launch);
       range = entry_q_range<Tile>(e, n_block);
     } else {
       n_block = grid_n_block<kMasked>(P.p);
