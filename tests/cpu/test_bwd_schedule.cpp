@@ -195,10 +195,9 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
                 const unsigned z = static_cast<unsigned>(w / (static_cast<long long>(dims.x) * dims.y));
                 const ItemPosition at = masked ? grid_position<true>(p, x, y, z)  // the CTA launched w-th
                                                : grid_position<false>(p, x, y, z);
-                ASSERT_TRUE(at.slot == item.slot && at.b == item.b &&
-                            (masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch)) ==
-                                item.n_block)
-                    << "grid position " << w;
+                const int at_tile =
+                    masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch);
+                ASSERT_TRUE(at.slot == item.slot && at.b == item.b && at_tile == item.n_block) << "grid position " << w;
                 const int pair = item.b * slots + item.slot;
                 if (section > 0) {
                   const long long rank = static_cast<long long>(pair / section) * n_blocks + at.launch;

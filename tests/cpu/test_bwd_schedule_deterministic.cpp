@@ -234,7 +234,7 @@ TEST(BwdSchedule, DeterministicSplitGroupsCompleteWithoutDeadlock) {
             p.batch = batch;
             p.group_parts = det_group_parts(group, heads_kv);
             ASSERT_GT(p.group_parts, 1);
-            ASSERT_EQ(bwd_order_section(p, true, 2, 132), 0) << "a slot's key tiles stay together in deterministic mode";
+            ASSERT_EQ(bwd_order_section(p, true, 2, 132), 0) << "deterministic: a slot's key tiles stay together";
             const bool rotate = !mask.masked && det_rotates(p.m_blocks, p.n_blocks, p.n_blocks);
             for (bool rotated : {false, rotate}) {
               p.det_rotated = rotated;
