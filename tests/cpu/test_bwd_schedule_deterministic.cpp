@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/bwd_schedule_case.h"
+#include "kernels/sm90/bwd/bwd_item_plan.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
 

@@ -114,7 +114,7 @@ TEST(Backward, LongRaggedMqa) {
   run_and_check_backward(make_spec(2, 1000, 1013, 4, 1, 128, DType::kFloat16, true));
 }
 
-// GQA groups split across work items (bwd_schedule.h, bwd_group_parts): with one or two kv heads and one or two
+// GQA groups split across work items (bwd_item_plan.h, bwd_group_parts): with one or two kv heads and one or two
 // sequences the (key tile, kv head, batch) items are far fewer than the SMs, so each item takes a part of its
 // group's query heads and dK, dV are summed from fp32 partials (bwd_group_reduce.cuh). Every head dim's kernel,
 // groups of 3 to 16, masks, softcap, the sink, the split head dims and the strided layout (the sum's output

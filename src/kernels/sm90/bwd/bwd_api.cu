@@ -128,7 +128,7 @@ void launch_wgmma(const sm90::bwd::BwdWgmmaParams& params, int head_dim, int hea
                                          std::to_string(head_dim));
 }
 
-// Split GQA groups (bwd_schedule.h, bwd_group_parts): dK, dV from their fp32 partials.
+// Split GQA groups (bwd_item_plan.h, bwd_group_parts): dK, dV from their fp32 partials.
 template <class Element>
 void launch_group_reduce(const sm90::BwdParams& params, const TensorView& dk, const TensorView& dv, cudaStream_t s) {
   using namespace flash4::sm90::bwd;

@@ -1,4 +1,4 @@
-// The sum of a split GQA group's dK or dV partials (BwdParams::group_parts > 1, bwd_schedule.h: bwd_group_parts):
+// The sum of a split GQA group's dK or dV partials (BwdParams::group_parts > 1, bwd_item_plan.h: bwd_group_parts):
 // every key row that a batch entry's work items wrote, its parts added in part order (so the result does not
 // depend on timing) and written once in the output's dtype and strides. Memory-bound; templated on the element
 // type only.

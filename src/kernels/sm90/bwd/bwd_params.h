@@ -55,7 +55,7 @@ struct BwdParams {
   int m_blocks = 0, n_blocks = 0;
 
   // GQA groups split across work items where (key tile, kv head, batch) items alone would leave SMs idle
-  // (bwd_schedule.h, bwd_group_parts; wgmma kernels only). An item's kv coordinate is then a slot
+  // (bwd_item_plan.h, bwd_group_parts; wgmma kernels only). An item's kv coordinate is then a slot
   // hkv * group_parts + part, and part takes group / group_parts of the group's query heads (GroupPart). With
   // group_parts > 1 the items write dK, dV as fp32 partials, (group_parts, partial_rows, heads_kv, d) and
   // (..., dv), which bwd_group_reduce_kernel sums in part order (deterministic) into dk, dv.

@@ -6,6 +6,7 @@
 #include "common/mask.h"
 #include "common/score_transform.h"
 #include "kernels/sm90/bwd/bwd_mma_sync_kernel.cuh"
+#include "kernels/sm90/bwd/bwd_item_plan.h"
 #include "kernels/sm90/bwd/bwd_schedule.h"
 #include "kernels/sm90/bwd/bwd_sequences.h"
 #include "kernels/sm90/bwd/bwd_wgmma_config.h"
