@@ -65,7 +65,7 @@ FLASH4_HD int bwd_group_parts(long long items, long long longest, long long tota
 // deterministic mode where items differ in length (a mask), and only where they are few per SM (at most
 // 4 x sms): there the last items' unevenness sets the time. With many items per SM the key step
 // fastest order ends evenly enough, and its running items share their pairs' Q, dO and dQ rows in L2, which
-// items of many pairs at once do not (measured in docs/performance.md, "The backward's item order"). A section
+// items of many pairs at once do not (docs/performance.md 4.13 has the measurements). A section
 // holds as many (slot, batch) pairs as have the Q and dO their items read (the slot's query heads over
 // max_seqlen_q rows, `element_bytes` each) within kBwdL2SectionBytes.
 inline constexpr long long kBwdL2SectionBytes = 32ll << 20;
