@@ -170,56 +170,57 @@ TEST(BwdSchedule, WorkItemsCoverEveryTileOnce) {
           for (bool deterministic : {false, true})
             for (bool masked : {false, true})
               for (int section : {0, 1, 2, 7, 1000}) {
-              if ((deterministic || !masked) && section > 0) continue;  // never so (bwd_order_section)
-              BwdParams p;
-              p.order_section = section;
-              p.n_blocks = n_blocks;
-              p.heads_kv = heads_kv;
-              p.group = 4;
-              p.heads = heads_kv * p.group;
-              p.group_parts = parts;
-              p.batch = batch;
-              p.deterministic = deterministic;
-              const int slots = heads_kv * parts;
-              ASSERT_EQ(kv_slots(p), slots);
-              ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * slots * batch);
-              std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(slots * batch, 0);
-              std::vector<int> head_seen(static_cast<size_t>(p.heads * batch * n_blocks), 0);
-              const GridDims dims = item_grid(p);
-              ASSERT_EQ(static_cast<long long>(dims.x) * dims.y * dims.z, work_items(p));
-              long long last_rank = -1;  // (section, step) of the slots-first order, non-decreasing in w
-              for (long long w = 0; w < work_items(p); ++w) {
-                const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
-                ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.slot >= 0 && item.slot < slots &&
-                            item.b >= 0 && item.b < batch);
-                const unsigned x = static_cast<unsigned>(w % dims.x), y = static_cast<unsigned>(w / dims.x % dims.y);
-                const unsigned z = static_cast<unsigned>(w / (static_cast<long long>(dims.x) * dims.y));
-                const ItemPosition at = masked ? grid_position<true>(p, x, y, z)  // the CTA launched w-th
-                                               : grid_position<false>(p, x, y, z);
-                const int at_tile =
-                    masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch);
-                ASSERT_TRUE(at.slot == item.slot && at.b == item.b && at_tile == item.n_block) << "grid position " << w;
-                const int pair = item.b * slots + item.slot;
-                if (section > 0) {
-                  const long long rank = static_cast<long long>(pair / section) * n_blocks + at.launch;
-                  EXPECT_GE(rank, last_rank) << "item " << w;
-                  last_rank = rank;
+                if ((deterministic || !masked) && section > 0) continue;  // never so (bwd_order_section)
+                BwdParams p;
+                p.order_section = section;
+                p.n_blocks = n_blocks;
+                p.heads_kv = heads_kv;
+                p.group = 4;
+                p.heads = heads_kv * p.group;
+                p.group_parts = parts;
+                p.batch = batch;
+                p.deterministic = deterministic;
+                const int slots = heads_kv * parts;
+                ASSERT_EQ(kv_slots(p), slots);
+                ASSERT_EQ(work_items(p), static_cast<long long>(n_blocks) * slots * batch);
+                std::vector<int> seen(static_cast<size_t>(work_items(p)), 0), steps(slots * batch, 0);
+                std::vector<int> head_seen(static_cast<size_t>(p.heads * batch * n_blocks), 0);
+                const GridDims dims = item_grid(p);
+                ASSERT_EQ(static_cast<long long>(dims.x) * dims.y * dims.z, work_items(p));
+                long long last_rank = -1;  // (section, step) of the slots-first order, non-decreasing in w
+                for (long long w = 0; w < work_items(p); ++w) {
+                  const BwdWork item = masked ? work_item<true>(p, w) : work_item<false>(p, w);
+                  ASSERT_TRUE(item.n_block >= 0 && item.n_block < n_blocks && item.slot >= 0 && item.slot < slots &&
+                              item.b >= 0 && item.b < batch);
+                  const unsigned x = static_cast<unsigned>(w % dims.x), y = static_cast<unsigned>(w / dims.x % dims.y);
+                  const unsigned z = static_cast<unsigned>(w / (static_cast<long long>(dims.x) * dims.y));
+                  const ItemPosition at = masked ? grid_position<true>(p, x, y, z)  // the CTA launched w-th
+                                                 : grid_position<false>(p, x, y, z);
+                  const int at_tile =
+                      masked ? key_tile_of_launch<true>(p, at.launch) : key_tile_of_launch<false>(p, at.launch);
+                  ASSERT_TRUE(at.slot == item.slot && at.b == item.b && at_tile == item.n_block)
+                      << "grid position " << w;
+                  const int pair = item.b * slots + item.slot;
+                  if (section > 0) {
+                    const long long rank = static_cast<long long>(pair / section) * n_blocks + at.launch;
+                    EXPECT_GE(rank, last_rank) << "item " << w;
+                    last_rank = rank;
+                  }
+                  ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
+                  const int expected =
+                      masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
+                  EXPECT_EQ(item.n_block, expected) << "item " << w;
+                  ++steps[pair];
+                  const GroupPart gp = group_part(p, item.slot);
+                  ASSERT_EQ(gp.heads, p.group / parts);
+                  ASSERT_EQ(gp.hkv, item.slot / parts);
+                  for (int h = gp.h_first; h < gp.h_first + gp.heads; ++h) {
+                    ASSERT_TRUE(h >= gp.hkv * p.group && h < (gp.hkv + 1) * p.group) << "h " << h;
+                    ++head_seen[(static_cast<size_t>(item.b) * p.heads + h) * n_blocks + item.n_block];
+                  }
                 }
-                ++seen[static_cast<size_t>(pair) * n_blocks + item.n_block];
-                const int expected =
-                    masked ? key_tile_of_launch<true>(p, steps[pair]) : key_tile_of_launch<false>(p, steps[pair]);
-                EXPECT_EQ(item.n_block, expected) << "item " << w;
-                ++steps[pair];
-                const GroupPart gp = group_part(p, item.slot);
-                ASSERT_EQ(gp.heads, p.group / parts);
-                ASSERT_EQ(gp.hkv, item.slot / parts);
-                for (int h = gp.h_first; h < gp.h_first + gp.heads; ++h) {
-                  ASSERT_TRUE(h >= gp.hkv * p.group && h < (gp.hkv + 1) * p.group) << "h " << h;
-                  ++head_seen[(static_cast<size_t>(item.b) * p.heads + h) * n_blocks + item.n_block];
-                }
-              }
-              for (int count : seen) EXPECT_EQ(count, 1);
-              for (int count : head_seen) EXPECT_EQ(count, 1);  // each (query head, key tile) in one item
+                for (int count : seen) EXPECT_EQ(count, 1);
+                for (int count : head_seen) EXPECT_EQ(count, 1);  // each (query head, key tile) in one item
               }
 }
 
@@ -247,8 +248,8 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
       }
   // 128 full items already fill 132 SMs: a split would only add partials.
   EXPECT_EQ(bwd_group_parts(128, 64, 128 * 64, 8, kSms), 1);
-  // Measured (docs/performance.md, "The backward's item order"): b = 1, s = 4096, 32 / 4 heads, causal, d = 128:
-  // 128 items whose longest holds 64 Q tiles per head; four parts ran 1.15x two.
+  // Measured (docs/performance.md 4.13): b = 1, s = 4096, 32 / 4 heads, causal, d = 128: 128 items whose longest
+  // holds 64 Q tiles per head; four parts ran 1.15x two.
   EXPECT_EQ(bwd_group_parts(128, 64, 4 * total, 8, kSms), 4);
   // b = 1, s = 8192, 8 / 1, causal: 64 items of up to 128 Q tiles; four parts 1.05x eight.
   long long total_8k = 0;
@@ -259,8 +260,8 @@ TEST(BwdSchedule, GroupSplitWhereItemsLeaveSmsIdle) {
 }
 
 // The slots-first order's sections (bwd_order_section): none in deterministic mode, for unmasked launches or
-// for more than 4 items per SM; otherwise as many (slot, batch) pairs as have their Q and dO
-// within the budget, at least one.
+// for more than 4 items per SM; otherwise as many (slot, batch) pairs as have their Q and dO within the budget,
+// at least one.
 TEST(BwdSchedule, OrderSectionsHoldTheirQueriesInL2) {
   constexpr int kSms = 132;
   BwdParams p;

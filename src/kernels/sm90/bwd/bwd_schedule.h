@@ -189,8 +189,8 @@ FLASH4_HD int dq_writer_first_tile(int writer, unsigned tiles_before, int buffer
 }
 FLASH4_HD unsigned dq_phase(unsigned tile, int buffers) { return (tile / static_cast<unsigned>(buffers)) & 1u; }
 
-// The items a CTA runs. One item per CTA on the (n_blocks, kv slots, batch) grid in deterministic mode (a CTA may
-// wait only on CTAs launched before it) and where bwd_persistent_pays says no: grid_n_block. Otherwise one
+// The items a CTA runs. One item per CTA on item_grid in deterministic mode (a CTA may wait only on CTAs launched
+// before it) and where bwd_persistent_pays says no: grid_item, grid_n_block. Otherwise one
 // persistent CTA per SM on a 1-D grid: item blockIdx.x first, then items claimed from a counter in w order, the
 // dynamic equivalent of the block scheduler's order (not a static stride: causal key tiles differ in length, and a
 // stride that aliases with n_blocks gives one CTA all the long ones).
